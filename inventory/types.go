@@ -1,0 +1,93 @@
+package inventory
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupName of NodeInventory.
+const GroupName = "sandbox.cocoonstack.io"
+
+// SchemeGroupVersion is sandbox.cocoonstack.io/v1beta1.
+var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1beta1"}
+
+// Resource is the plural resource of NodeInventory.
+const Resource = "nodeinventories"
+
+// GroupVersionResource of NodeInventory.
+var GroupVersionResource = SchemeGroupVersion.WithResource(Resource)
+
+var (
+	// SchemeBuilder registers NodeInventory and NodeInventoryList.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+	// AddToScheme adds the types to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(SchemeGroupVersion, &NodeInventory{}, &NodeInventoryList{})
+	metav1.AddToGroupVersion(s, SchemeGroupVersion)
+	return nil
+}
+
+// NodeInventory is one node's published state.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type NodeInventory struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Node is the node's name; it equals metadata.name.
+	Node string `json:"node"`
+	// Address is the node daemon's advertised host:port. A node without an
+	// address is not routable: no claims, verbs or warm targets go to it.
+	Address string `json:"address,omitempty"`
+	// Pools are the node's warm pools.
+	Pools []Pool `json:"pools,omitempty"`
+	// Entries are the node's claimed sandboxes, sorted by name.
+	Entries []Entry `json:"entries,omitempty"`
+}
+
+// Pool is one warm pool's capacity on a node.
+type Pool struct {
+	Template string `json:"template"`
+	Net      string `json:"net,omitempty"`
+	Size     string `json:"size,omitempty"`
+	// Warm is the number of warm microVMs ready to be claimed.
+	Warm int32 `json:"warm"`
+	// Target is the warm count the node is asked to hold.
+	Target int32 `json:"target"`
+}
+
+// Entry is one claimed sandbox.
+type Entry struct {
+	// Name is "<namespace>/<name>": the claim ref, or the claim id when the
+	// sandbox has no claim ref (a checkpoint branch).
+	Name string `json:"name"`
+	// ID is the node-local claim id ("sb_…").
+	ID string `json:"id,omitempty"`
+	// Phase is Running or Hibernated.
+	Phase string `json:"phase"`
+	// Template is the pool template (image reference) the sandbox came from.
+	Template string `json:"template,omitempty"`
+	// ClaimRef is "<namespace>/<name>" of the claim, if any.
+	ClaimRef string `json:"claimRef,omitempty"`
+	// Addr is the sandbox agent's host:port.
+	Addr string `json:"addr,omitempty"`
+	// Deadline is the granted lease expiry.
+	Deadline *metav1.Time `json:"deadline,omitempty"`
+	// ClaimedAt is when the node delivered the sandbox.
+	ClaimedAt *metav1.Time `json:"claimedAt,omitempty"`
+}
+
+// NodeInventoryList is a list of NodeInventory.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type NodeInventoryList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeInventory `json:"items"`
+}

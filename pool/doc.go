@@ -1,0 +1,9 @@
+// Package pool owns warm capacity: the pool key and, in the driver, the
+// mapping of SandboxWarmPool objects onto per-node warm targets.
+//
+// A warm pool is keyed by (template, net, size). KeyFor is the one
+// derivation every caller uses — the aggregated Create, the warm-pool
+// driver reading a SandboxTemplate, and the e2b surface — because a template
+// and a claim that disagree on a key make every create a 503 (CONTRACT §1).
+// The key functions are pure: no I/O, no clock.
+package pool

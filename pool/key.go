@@ -1,0 +1,131 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+
+	"github.com/hearthvm/hearth/sandbox"
+)
+
+// Key identifies a warm pool.
+type Key struct {
+	Template string `json:"template"`
+	Net      string `json:"net"`
+	Size     string `json:"size"`
+}
+
+// String renders the key the way error messages name it.
+func (k Key) String() string {
+	return fmt.Sprintf("template=%q net=%q size=%q", k.Template, k.Net, k.Size)
+}
+
+// ErrInvalidKey is wrapped by every key derivation error; callers map it to 400.
+var ErrInvalidKey = errors.New("invalid pool key")
+
+// Size thresholds (strictly greater than moves up a class).
+var (
+	mediumCPU = resource.MustParse("1")
+	largeCPU  = resource.MustParse("4")
+	mediumMem = resource.MustParse("2Gi")
+	largeMem  = resource.MustParse("8Gi")
+)
+
+// Inputs are the raw axes a key is derived from.
+type Inputs struct {
+	// Image is the first container's image, byte for byte.
+	Image string
+	// Net is the requested lane; empty means none.
+	Net string
+	// CPU and Memory are the first container's effective requests (request,
+	// else limit); nil or zero means unset.
+	CPU, Memory *resource.Quantity
+}
+
+// KeyFor derives a pool key from raw inputs. It is the single derivation
+// function; the helpers below only gather Inputs.
+func KeyFor(in Inputs) (Key, error) {
+	net, err := NormalizeNet(in.Net)
+	if err != nil {
+		return Key{}, err
+	}
+	if in.Image == "" {
+		return Key{}, fmt.Errorf("%w: the first container has no image", ErrInvalidKey)
+	}
+	return Key{Template: in.Image, Net: net, Size: sizeOf(in.CPU, in.Memory)}, nil
+}
+
+// NormalizeNet maps "" to none and rejects unknown lanes.
+func NormalizeNet(net string) (string, error) {
+	switch net {
+	case "", sandbox.NetNone:
+		return sandbox.NetNone, nil
+	case sandbox.NetEgress:
+		return sandbox.NetEgress, nil
+	}
+	return "", fmt.Errorf("%w: unknown %s %q (want %q or %q)", ErrInvalidKey, sandbox.AnnotationNet, net, sandbox.NetNone, sandbox.NetEgress)
+}
+
+func sizeOf(cpu, mem *resource.Quantity) string {
+	gt := func(q *resource.Quantity, limit resource.Quantity) bool {
+		return q != nil && q.Cmp(limit) > 0
+	}
+	switch {
+	case gt(cpu, largeCPU) || gt(mem, largeMem):
+		return sandbox.SizeLarge
+	case gt(cpu, mediumCPU) || gt(mem, mediumMem):
+		return sandbox.SizeMedium
+	}
+	return sandbox.SizeSmall
+}
+
+// effective returns the request for name, else its limit; zero counts as absent.
+func effective(r corev1.ResourceRequirements, name corev1.ResourceName) *resource.Quantity {
+	if q, ok := r.Requests[name]; ok && !q.IsZero() {
+		return &q
+	}
+	if q, ok := r.Limits[name]; ok && !q.IsZero() {
+		return &q
+	}
+	return nil
+}
+
+// inputsFor gathers Inputs from object metadata annotations, a pod
+// template's annotations and its containers.
+func inputsFor(objAnnotations map[string]string, pt sandboxv1beta1.PodTemplate) Inputs {
+	net := objAnnotations[sandbox.AnnotationNet]
+	if net == "" {
+		net = pt.ObjectMeta.Annotations[sandbox.AnnotationNet]
+	}
+	in := Inputs{Net: net}
+	if cs := pt.Spec.Containers; len(cs) > 0 {
+		in.Image = cs[0].Image
+		in.CPU = effective(cs[0].Resources, corev1.ResourceCPU)
+		in.Memory = effective(cs[0].Resources, corev1.ResourceMemory)
+	}
+	return in
+}
+
+// KeyForSandbox derives the key of a Create.
+func KeyForSandbox(sb *sandboxv1beta1.Sandbox) (Key, error) {
+	return KeyFor(inputsFor(sb.Annotations, sb.Spec.PodTemplate))
+}
+
+// KeyForTemplate derives the key a SandboxTemplate provisions.
+func KeyForTemplate(t *extv1beta1.SandboxTemplate) (Key, error) {
+	return KeyFor(inputsFor(t.Annotations, t.Spec.PodTemplate))
+}
+
+// KeyForE2B derives the key of an e2b create: templateID is the template,
+// allow_internet_access selects egress, size is small.
+func KeyForE2B(templateID string, allowInternet bool) (Key, error) {
+	net := sandbox.NetNone
+	if allowInternet {
+		net = sandbox.NetEgress
+	}
+	return KeyFor(Inputs{Image: templateID, Net: net})
+}

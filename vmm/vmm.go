@@ -1,0 +1,110 @@
+// Package vmm defines the microVM driver interface every backend implements
+// (sim, qemu, firecracker, cloudhypervisor) and the types that cross it.
+//
+// A Driver owns processes and files under its root directory and nothing
+// else: it never decides which VM is warm or claimed (that is the node's
+// job). Every backend boots the same in-guest agent (e2b/envd), reachable
+// from the node at Handle.Addr and guarded by Handle.Token.
+//
+// Handles are plain data, persisted by the node and handed back to Restore
+// after a node restart, so a driver must be able to re-derive everything it
+// needs from a Handle (and the files under Handle.Dir).
+package vmm
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Spec describes a microVM to boot or clone.
+type Spec struct {
+	// ID names the VM; unique on the node, safe as a path element.
+	ID string
+	// Template is the pool template (image reference) the VM is for.
+	Template string
+	// Net is the lane: "none" or "egress".
+	Net string
+	// Size is the size class: "small", "medium" or "large".
+	Size string
+	// Token is the agent's access token (the sandbox token).
+	Token string
+	// Env is extra environment for the guest's processes.
+	Env map[string]string
+}
+
+// Handle identifies a running (or stopped) VM. It is persisted by the node.
+type Handle struct {
+	ID      string `json:"id"`
+	Backend string `json:"backend"`
+	// Dir is the VM's run directory, owned by the driver.
+	Dir string `json:"dir"`
+	// PID is the VMM (or guest, for sim) process id; 0 when stopped.
+	PID int `json:"pid,omitempty"`
+	// Addr is the host:port where the node reaches the in-guest agent.
+	Addr string `json:"addr"`
+	// Token is the agent's access token.
+	Token string `json:"token"`
+	// Paused is true while the VM is paused.
+	Paused bool `json:"paused,omitempty"`
+	// Meta carries backend-specific identity (sockets, CIDs, MACs).
+	Meta map[string]string `json:"meta,omitempty"`
+}
+
+// Stats are a VM's resource figures.
+type Stats struct {
+	CPUCount      int   `json:"cpu_count"`
+	MemTotalBytes int64 `json:"mem_total_bytes"`
+	MemUsedBytes  int64 `json:"mem_used_bytes"`
+	// MemUsedMeasured is false when the VM is paused or not measurable.
+	MemUsedMeasured bool `json:"mem_used_measured"`
+	// RSS, private and shared bytes of the VM's process(es), from smaps.
+	RSSBytes     int64     `json:"rss_bytes,omitempty"`
+	PrivateBytes int64     `json:"private_bytes,omitempty"`
+	SharedBytes  int64     `json:"shared_bytes,omitempty"`
+	CPUSeconds   float64   `json:"cpu_seconds,omitempty"`
+	MeasuredAt   time.Time `json:"measured_at"`
+}
+
+// Driver is one VMM backend. Methods are safe for concurrent use on
+// different handles. Pause and Resume are idempotent.
+type Driver interface {
+	// Name is the backend id: "sim", "qemu", "firecracker", "cloud-hypervisor".
+	Name() string
+	// Boot cold-boots a VM and returns once its agent answers.
+	Boot(ctx context.Context, spec Spec) (Handle, error)
+	// Pause stops the VM's vCPUs (the process stays).
+	Pause(ctx context.Context, h Handle) (Handle, error)
+	// Resume undoes Pause.
+	Resume(ctx context.Context, h Handle) (Handle, error)
+	// Snapshot writes a checkpoint of h (memory, devices, disk) into dir,
+	// which must not exist. The VM is left in the state it had.
+	Snapshot(ctx context.Context, h Handle, dir string) error
+	// Clone starts a new VM from the checkpoint in dir with the fresh
+	// identity of spec (ID, token, address) and returns once its agent
+	// answers. The checkpoint stays usable for further clones.
+	Clone(ctx context.Context, dir string, spec Spec) (Handle, error)
+	// Stop persists h's state under h.Dir and ends its processes, so that
+	// Restore can bring it back (used on orderly node shutdown).
+	Stop(ctx context.Context, h Handle) (Handle, error)
+	// Restore re-attaches to h if its processes still run (node restart
+	// after a crash) or restarts it from the state Stop left. The returned
+	// handle may carry a new PID and Addr.
+	Restore(ctx context.Context, h Handle) (Handle, error)
+	// Destroy ends h's processes and removes h.Dir. Destroying a VM that is
+	// already gone succeeds.
+	Destroy(ctx context.Context, h Handle) error
+	// Stats measures h.
+	Stats(ctx context.Context, h Handle) (Stats, error)
+	// List returns every VM with a live process under the driver's root,
+	// so a restarted node can destroy the ones it does not own.
+	List(ctx context.Context) ([]Handle, error)
+}
+
+// Errors a driver returns (wrapped).
+var (
+	ErrNotRunning      = errors.New("vm is not running")
+	ErrUnsupported     = errors.New("operation not supported by this backend")
+	ErrSnapshotInvalid = errors.New("checkpoint is invalid")
+	ErrVMMExited       = errors.New("vmm process exited")
+)
