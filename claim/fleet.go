@@ -36,7 +36,12 @@ type Delivery struct {
 
 // ErrNoWarmCapacity means no node could deliver a warm microVM for the key
 // (HTTP 503, retryable).
-type ErrNoWarmCapacity struct{ Key pool.Key }
+type ErrNoWarmCapacity struct {
+	Key pool.Key
+	// Last is the last node's refusal, if any node was asked. It is not
+	// unwrapped: the error as a whole is a 503, whatever the nodes said.
+	Last error
+}
 
 func (e *ErrNoWarmCapacity) Error() string {
 	return fmt.Sprintf("no warm sandbox available for pool (%s); retry as warm capacity refills", e.Key)

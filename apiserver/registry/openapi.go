@@ -1,0 +1,202 @@
+package registry
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kube-openapi/pkg/common"
+	"k8s.io/kube-openapi/pkg/util"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hearthvm/hearth/inventory"
+)
+
+// The upstream CRDs (copied from sigs.k8s.io/agent-sandbox v0.5.2
+// k8s/crds/) carry the full openAPIV3Schema of the extension kinds; their
+// schemas become the OpenAPI definitions, so server-side apply merges lists
+// by their declared keys instead of treating spec as atomic.
+//
+//go:generate sh -c "cp $(go env GOMODCACHE)/sigs.k8s.io/agent-sandbox@v0.5.2/k8s/crds/extensions.agents.x-k8s.io_sandbox{templates,warmpools}.yaml crds/ && chmod 644 crds/*.yaml"
+//go:embed crds/*.yaml
+var crdFS embed.FS
+
+var (
+	schemasOnce sync.Once
+	schemasJSON map[string][]byte // canonical type name → schema JSON
+	schemasErr  error
+)
+
+// name is the canonical OpenAPI name of a Go type (what definitions are keyed by).
+func name(obj any) string { return util.GetCanonicalTypeName(obj) }
+
+func crdSchema(raw []byte, version string) ([]byte, error) {
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Spec struct {
+			Versions []struct {
+				Name   string `json:"name"`
+				Schema struct {
+					OpenAPIV3Schema json.RawMessage `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(js, &doc); err != nil {
+		return nil, err
+	}
+	for _, v := range doc.Spec.Versions {
+		if v.Name == version && len(v.Schema.OpenAPIV3Schema) > 0 {
+			return v.Schema.OpenAPIV3Schema, nil
+		}
+	}
+	return nil, fmt.Errorf("no openAPIV3Schema for version %s", version)
+}
+
+func loadSchemas() (map[string][]byte, error) {
+	schemasOnce.Do(func() {
+		schemasJSON = map[string][]byte{}
+		for file, obj := range map[string]any{
+			"crds/extensions.agents.x-k8s.io_sandboxtemplates.yaml": &extv1beta1.SandboxTemplate{},
+			"crds/extensions.agents.x-k8s.io_sandboxwarmpools.yaml": &extv1beta1.SandboxWarmPool{},
+		} {
+			raw, err := crdFS.ReadFile(file)
+			if err != nil {
+				schemasErr = err
+				return
+			}
+			if schemasJSON[name(obj)], err = crdSchema(raw, extv1beta1.GroupVersion.Version); err != nil {
+				schemasErr = fmt.Errorf("%s: %w", file, err)
+				return
+			}
+		}
+		s, err := crdSchema(inventory.CRD, inventory.SchemeGroupVersion.Version)
+		if err != nil {
+			schemasErr = fmt.Errorf("inventory CRD: %w", err)
+			return
+		}
+		schemasJSON[name(&inventory.NodeInventory{})] = s
+	})
+	return schemasJSON, schemasErr
+}
+
+// GetOpenAPIDefinitions returns the definitions of every kind this package
+// serves (and of autoscaling/v1 Scale), keyed by canonical type name. Refs
+// to ObjectMeta/ListMeta are left to the metav1 definitions the server
+// already carries. It panics only if the embedded CRDs are corrupt, which
+// a unit test rules out.
+func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
+	defs, err := OpenAPIDefinitions(ref)
+	if err != nil {
+		panic(err)
+	}
+	return defs
+}
+
+// OpenAPIDefinitions is GetOpenAPIDefinitions returning its error.
+func OpenAPIDefinitions(ref common.ReferenceCallback) (map[string]common.OpenAPIDefinition, error) {
+	schemas, err := loadSchemas()
+	if err != nil {
+		return nil, err
+	}
+	objectMeta, listMeta := name(&metav1.ObjectMeta{}), name(&metav1.ListMeta{})
+	out := map[string]common.OpenAPIDefinition{}
+	addList := func(item, list any) {
+		out[name(list)] = common.OpenAPIDefinition{
+			Schema: spec.Schema{SchemaProps: spec.SchemaProps{
+				Type:     []string{"object"},
+				Required: []string{"items"},
+				Properties: map[string]spec.Schema{
+					"apiVersion": str(),
+					"kind":       str(),
+					"metadata":   refTo(ref, listMeta),
+					"items": {SchemaProps: spec.SchemaProps{
+						Type:  []string{"array"},
+						Items: &spec.SchemaOrArray{Schema: ptr(refTo(ref, name(item)))},
+					}},
+				},
+			}},
+			Dependencies: []string{listMeta, name(item)},
+		}
+	}
+	for _, pair := range [][2]any{
+		{&extv1beta1.SandboxTemplate{}, &extv1beta1.SandboxTemplateList{}},
+		{&extv1beta1.SandboxWarmPool{}, &extv1beta1.SandboxWarmPoolList{}},
+		{&inventory.NodeInventory{}, &inventory.NodeInventoryList{}},
+	} {
+		var s spec.Schema
+		if err := json.Unmarshal(schemas[name(pair[0])], &s); err != nil {
+			return nil, fmt.Errorf("schema of %s: %w", name(pair[0]), err)
+		}
+		if s.Properties == nil {
+			s.Properties = map[string]spec.Schema{}
+		}
+		s.Properties["metadata"] = refTo(ref, objectMeta)
+		s.Properties["apiVersion"] = str()
+		s.Properties["kind"] = str()
+		// CEL rules are a CRD feature; the registry validates in Go.
+		delete(s.Extensions, "x-kubernetes-validations")
+		out[name(pair[0])] = common.OpenAPIDefinition{Schema: s, Dependencies: []string{objectMeta}}
+		addList(pair[0], pair[1])
+	}
+
+	i32 := func() spec.Schema {
+		return spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"integer"}, Format: "int32"}}
+	}
+	dateTime := func() spec.Schema {
+		return spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"string"}, Format: "date-time"}}
+	}
+	out[name(&coordinationv1.Lease{})] = common.OpenAPIDefinition{
+		Schema: spec.Schema{SchemaProps: spec.SchemaProps{
+			Type: []string{"object"},
+			Properties: map[string]spec.Schema{
+				"apiVersion": str(), "kind": str(), "metadata": refTo(ref, objectMeta),
+				"spec": {SchemaProps: spec.SchemaProps{Type: []string{"object"}, Properties: map[string]spec.Schema{
+					"holderIdentity":       str(),
+					"leaseDurationSeconds": i32(),
+					"acquireTime":          dateTime(),
+					"renewTime":            dateTime(),
+					"leaseTransitions":     i32(),
+					"strategy":             str(),
+					"preferredHolder":      str(),
+				}}},
+			},
+		}},
+		Dependencies: []string{objectMeta},
+	}
+	addList(&coordinationv1.Lease{}, &coordinationv1.LeaseList{})
+	out[name(&autoscalingv1.Scale{})] = common.OpenAPIDefinition{
+		Schema: spec.Schema{SchemaProps: spec.SchemaProps{
+			Type: []string{"object"},
+			Properties: map[string]spec.Schema{
+				"apiVersion": str(), "kind": str(), "metadata": refTo(ref, objectMeta),
+				"spec": {SchemaProps: spec.SchemaProps{Type: []string{"object"}, Properties: map[string]spec.Schema{
+					"replicas": i32(),
+				}}},
+				"status": {SchemaProps: spec.SchemaProps{Type: []string{"object"}, Required: []string{"replicas"}, Properties: map[string]spec.Schema{
+					"replicas": i32(),
+					"selector": str(),
+				}}},
+			},
+		}},
+		Dependencies: []string{objectMeta},
+	}
+	return out, nil
+}
+
+func str() spec.Schema { return spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"string"}}} }
+
+func refTo(ref common.ReferenceCallback, n string) spec.Schema {
+	return spec.Schema{SchemaProps: spec.SchemaProps{Ref: ref(n)}}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,332 @@
+package envd
+
+import (
+	"errors"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// filesystem.Filesystem service: Stat, MakeDir, ListDir, Remove, Move.
+//
+// Paths are guest paths: absolute paths are used as they are, relative ones
+// resolve against Options.Root (the guest user's home). In a microVM the
+// guest's root file system is the VM's own; for the sim backend the agent
+// is a host process, so absolute paths are real host paths — the sim is a
+// process, not a chroot.
+
+type entryInfo struct {
+	Name          string            `json:"name"`
+	Type          string            `json:"type"`
+	Path          string            `json:"path"`
+	Size          string            `json:"size"`
+	Mode          uint32            `json:"mode"`
+	Permissions   string            `json:"permissions"`
+	Owner         string            `json:"owner"`
+	Group         string            `json:"group"`
+	ModifiedTime  string            `json:"modifiedTime"`
+	SymlinkTarget *string           `json:"symlinkTarget,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+}
+
+const (
+	fileTypeFile      = "FILE_TYPE_FILE"
+	fileTypeDirectory = "FILE_TYPE_DIRECTORY"
+	fileTypeSymlink   = "FILE_TYPE_SYMLINK"
+)
+
+// resolve turns a guest path into an absolute, cleaned path.
+func (a *agent) resolve(p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(a.o.Root, p)
+}
+
+var (
+	idNames   sync.Map // "u<uid>" / "g<gid>" → name
+	nameOfUID = func(id uint32) string {
+		if u, err := user.LookupId(strconv.FormatUint(uint64(id), 10)); err == nil {
+			return u.Username
+		}
+		return strconv.FormatUint(uint64(id), 10)
+	}
+	nameOfGID = func(id uint32) string {
+		if g, err := user.LookupGroupId(strconv.FormatUint(uint64(id), 10)); err == nil {
+			return g.Name
+		}
+		return strconv.FormatUint(uint64(id), 10)
+	}
+)
+
+func cachedName(prefix string, id uint32, f func(uint32) string) string {
+	k := prefix + strconv.FormatUint(uint64(id), 10)
+	if v, ok := idNames.Load(k); ok {
+		return v.(string)
+	}
+	n := f(id)
+	idNames.Store(k, n)
+	return n
+}
+
+// entryOf describes path (not following a final symlink).
+func entryOf(path string) (entryInfo, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return entryInfo{}, fsError(path, err)
+	}
+	return entryFromInfo(path, fi), nil
+}
+
+func entryFromInfo(path string, fi fs.FileInfo) entryInfo {
+	e := entryInfo{
+		Name:         fi.Name(),
+		Path:         path,
+		Size:         strconv.FormatInt(fi.Size(), 10),
+		Mode:         uint32(fi.Mode().Perm()),
+		Permissions:  fi.Mode().String(),
+		ModifiedTime: fi.ModTime().UTC().Format(time.RFC3339Nano),
+	}
+	if path == "/" {
+		e.Name = "/"
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		e.Type = fileTypeSymlink
+		if t, err := os.Readlink(path); err == nil {
+			e.SymlinkTarget = &t
+		}
+	case fi.IsDir():
+		e.Type = fileTypeDirectory
+	default:
+		e.Type = fileTypeFile
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		e.Owner = cachedName("u", st.Uid, nameOfUID)
+		e.Group = cachedName("g", st.Gid, nameOfGID)
+	}
+	return e
+}
+
+// fsError maps an OS error on path to a Connect error.
+func fsError(path string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return errorf(codeNotFound, "path %s not found", path)
+	case errors.Is(err, fs.ErrExist):
+		return errorf(codeAlreadyExists, "path %s already exists", path)
+	case errors.Is(err, fs.ErrPermission):
+		return errorf(codePermissionDenied, "permission denied on %s", path)
+	case errors.Is(err, syscall.ENOTDIR):
+		return errorf(codeInvalidArgument, "a component of %s is not a directory", path)
+	case errors.Is(err, syscall.EISDIR):
+		return errorf(codeInvalidArgument, "path %s is a directory", path)
+	}
+	return errorf(codeInternal, "%s: %v", path, err)
+}
+
+type pathRequest struct {
+	Path string `json:"path"`
+}
+
+func (r pathRequest) validate() error {
+	if r.Path == "" {
+		return errorf(codeInvalidArgument, "path is required")
+	}
+	return nil
+}
+
+type listDirRequest struct {
+	Path  string   `json:"path"`
+	Depth flexUint `json:"depth"`
+}
+
+type moveRequest struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+}
+
+type entryResponse struct {
+	Entry entryInfo `json:"entry"`
+}
+
+func (a *agent) handleStat(w http.ResponseWriter, r *http.Request) {
+	var req pathRequest
+	if err := readUnary(r, &req); err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	if err := req.validate(); err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	e, err := entryOf(a.resolve(req.Path))
+	if err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	writeUnary(w, entryResponse{e})
+}
+
+func (a *agent) handleMakeDir(w http.ResponseWriter, r *http.Request) {
+	var req pathRequest
+	if err := readUnary(r, &req); err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	if err := req.validate(); err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	p := a.resolve(req.Path)
+	if fi, err := os.Stat(p); err == nil {
+		if fi.IsDir() {
+			writeUnaryError(w, errorf(codeAlreadyExists, "directory %s already exists", p))
+		} else {
+			writeUnaryError(w, errorf(codeInvalidArgument, "path %s exists and is not a directory", p))
+		}
+		return
+	}
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		writeUnaryError(w, fsError(p, err))
+		return
+	}
+	e, err := entryOf(p)
+	if err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	writeUnary(w, entryResponse{e})
+}
+
+// maxListEntries bounds one ListDir answer.
+const maxListEntries = 100000
+
+func (a *agent) handleListDir(w http.ResponseWriter, r *http.Request) {
+	var req listDirRequest
+	if err := readUnary(r, &req); err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	if req.Path == "" {
+		writeUnaryError(w, errorf(codeInvalidArgument, "path is required"))
+		return
+	}
+	depth := int(req.Depth)
+	if req.Depth == 0 {
+		depth = 1
+	}
+	root := a.resolve(req.Path)
+	fi, err := os.Stat(root)
+	if err != nil {
+		writeUnaryError(w, fsError(root, err))
+		return
+	}
+	if !fi.IsDir() {
+		writeUnaryError(w, errorf(codeInvalidArgument, "path %s is not a directory", root))
+		return
+	}
+	entries, err := listDir(root, depth)
+	if err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	writeUnary(w, struct {
+		Entries []entryInfo `json:"entries"`
+	}{entries})
+}
+
+// listDir lists root down to depth levels (1 = direct children).
+func listDir(root string, depth int) ([]entryInfo, error) {
+	out := []entryInfo{}
+	var walk func(dir string, level int) error
+	walk = func(dir string, level int) error {
+		des, err := os.ReadDir(dir)
+		if err != nil {
+			if level == 1 {
+				return fsError(dir, err)
+			}
+			return nil // an unreadable subdirectory is skipped
+		}
+		for _, de := range des {
+			if len(out) >= maxListEntries {
+				return errorf(codeInvalidArgument, "directory %s has more than %d entries at depth %d", root, maxListEntries, depth)
+			}
+			p := filepath.Join(dir, de.Name())
+			fi, err := de.Info()
+			if err != nil {
+				continue // removed meanwhile
+			}
+			out = append(out, entryFromInfo(p, fi))
+			if de.IsDir() && level < depth {
+				if err := walk(p, level+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(root, 1); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (a *agent) handleRemove(w http.ResponseWriter, r *http.Request) {
+	var req pathRequest
+	if err := readUnary(r, &req); err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	if err := req.validate(); err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	p := a.resolve(req.Path)
+	if _, err := os.Lstat(p); err != nil {
+		writeUnaryError(w, fsError(p, err))
+		return
+	}
+	if err := os.RemoveAll(p); err != nil {
+		writeUnaryError(w, fsError(p, err))
+		return
+	}
+	writeUnary(w, struct{}{})
+}
+
+func (a *agent) handleMove(w http.ResponseWriter, r *http.Request) {
+	var req moveRequest
+	if err := readUnary(r, &req); err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	if req.Source == "" || req.Destination == "" {
+		writeUnaryError(w, errorf(codeInvalidArgument, "source and destination are required"))
+		return
+	}
+	src, dst := a.resolve(req.Source), a.resolve(req.Destination)
+	if _, err := os.Lstat(src); err != nil {
+		writeUnaryError(w, fsError(src, err))
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		writeUnaryError(w, fsError(dst, err))
+		return
+	}
+	if err := os.Rename(src, dst); err != nil {
+		writeUnaryError(w, fsError(dst, err))
+		return
+	}
+	e, err := entryOf(dst)
+	if err != nil {
+		writeUnaryError(w, err)
+		return
+	}
+	writeUnary(w, entryResponse{e})
+}

@@ -1,0 +1,262 @@
+package e2b
+
+import (
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Pure cores of the gateway: id rendering, list filters, paging.
+
+// RenderID makes a claim id DNS-label safe, as e2b sandbox ids must be (the
+// SDK builds <port>-<id>.<domain> hosts): an id made only of [a-z0-9-] is
+// unchanged; otherwise it is lowercased and every other rune becomes '-'
+// ("sb_x" → "sb-x").
+func RenderID(id string) string {
+	clean := true
+	for i := 0; i < len(id); i++ {
+		if !dnsByte(id[i]) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return id
+	}
+	var b strings.Builder
+	for _, r := range strings.ToLower(id) {
+		if r < 0x80 && dnsByte(byte(r)) {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	return b.String()
+}
+
+func dnsByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-'
+}
+
+// MatchID reports whether a client-supplied id names the claim id raw: the
+// raw id itself or its rendering. Empty never matches.
+func MatchID(raw, given string) bool {
+	if raw == "" || given == "" {
+		return false
+	}
+	return given == raw || given == RenderID(raw)
+}
+
+// idCandidates lists the claim ids a client-supplied id may stand for,
+// most likely first: the id as given, then the node's "sb_" spelling of a
+// rendered "sb-" id.
+func idCandidates(given string) []string {
+	out := []string{given}
+	if rest, ok := strings.CutPrefix(given, "sb-"); ok && rest != "" {
+		out = append(out, "sb_"+rest)
+	}
+	return out
+}
+
+// DecodeMetadataQuery decodes the list endpoint's metadata filter. The SDK
+// encodes each key and value with encodeURIComponent, joins them as a query
+// string (escaping again) and sends that as one query value; value is that
+// query value as already unescaped once by the HTTP layer.
+func DecodeMetadataQuery(value string) (map[string]string, error) {
+	if value == "" {
+		return nil, nil
+	}
+	inner, err := url.QueryUnescape(value)
+	if err != nil {
+		return nil, fmt.Errorf("metadata filter %q: %v", value, err)
+	}
+	out := map[string]string{}
+	for _, pair := range strings.Split(inner, "&") {
+		if pair == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		dk, err := url.QueryUnescape(k)
+		if err != nil {
+			return nil, fmt.Errorf("metadata filter key %q: %v", k, err)
+		}
+		dv, err := url.QueryUnescape(v)
+		if err != nil {
+			return nil, fmt.Errorf("metadata filter value %q: %v", v, err)
+		}
+		if dk == "" {
+			return nil, fmt.Errorf("metadata filter has an empty key")
+		}
+		out[dk] = dv
+	}
+	return out, nil
+}
+
+// listItem is what filtering and paging need of a sandbox.
+type listItem struct {
+	ID        string // rendered
+	Template  string
+	Paused    bool
+	StartedAt time.Time
+	Metadata  map[string]string
+}
+
+// listQuery is a decoded list request.
+type listQuery struct {
+	States        map[string]bool // nil = running and paused
+	Metadata      map[string]string
+	Template      string
+	StartedAfter  time.Time
+	Ascending     bool
+	Limit         int
+	NextToken     string
+	hasStartAfter bool
+}
+
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+// parseListQuery decodes the query of GET /v2/sandboxes.
+func parseListQuery(q url.Values) (listQuery, error) {
+	lq := listQuery{Limit: defaultListLimit, NextToken: q.Get("nextToken")}
+	if s := q.Get("state"); s != "" {
+		lq.States = map[string]bool{}
+		for _, st := range strings.Split(s, ",") {
+			switch st = strings.TrimSpace(st); st {
+			case "running", "paused":
+				lq.States[st] = true
+			default:
+				return lq, fmt.Errorf("unknown state %q (want running or paused)", st)
+			}
+		}
+	}
+	md, err := DecodeMetadataQuery(q.Get("metadata"))
+	if err != nil {
+		return lq, err
+	}
+	lq.Metadata = md
+	lq.Template = q.Get("template")
+	if s := q.Get("startedAfter"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return lq, fmt.Errorf("startedAfter %q is not an RFC3339 time", s)
+		}
+		lq.StartedAfter, lq.hasStartAfter = t, true
+	}
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		lq.Ascending = true
+	default:
+		return lq, fmt.Errorf("order %q (want asc or desc)", o)
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxListLimit {
+			return lq, fmt.Errorf("limit %q must be an integer in [1, %d]", s, maxListLimit)
+		}
+		lq.Limit = n
+	}
+	if lq.NextToken != "" {
+		if _, _, err := parseToken(lq.NextToken); err != nil {
+			return lq, err
+		}
+	}
+	return lq, nil
+}
+
+func (q listQuery) keep(it listItem) bool {
+	state := "running"
+	if it.Paused {
+		state = "paused"
+	}
+	if q.States != nil && !q.States[state] {
+		return false
+	}
+	for k, v := range q.Metadata {
+		if got, ok := it.Metadata[k]; !ok || got != v {
+			return false
+		}
+	}
+	if q.Template != "" && it.Template != q.Template {
+		return false
+	}
+	if q.hasStartAfter && !it.StartedAt.After(q.StartedAfter) {
+		return false
+	}
+	return true
+}
+
+// token encodes a position in the order: the last item's start time and id.
+func token(it listItem) string {
+	return strconv.FormatInt(it.StartedAt.UnixNano(), 10) + "." + it.ID
+}
+
+func parseToken(t string) (int64, string, error) {
+	ns, id, ok := strings.Cut(t, ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || id == "" {
+		return 0, "", fmt.Errorf("invalid nextToken %q", t)
+	}
+	return n, id, nil
+}
+
+// before orders items: by start time, then id (ascending).
+func before(an int64, aid string, bn int64, bid string) bool {
+	if an != bn {
+		return an < bn
+	}
+	return aid < bid
+}
+
+// pageList filters, orders and pages items. next is empty on the last page.
+// The token names a position, not an item, so deletions between pages
+// neither repeat nor skip the rest.
+func pageList(items []listItem, q listQuery) (page []listItem, next string) {
+	kept := make([]listItem, 0, len(items))
+	for _, it := range items {
+		if q.keep(it) {
+			kept = append(kept, it)
+		}
+	}
+	less := func(a, b listItem) bool {
+		return before(a.StartedAt.UnixNano(), a.ID, b.StartedAt.UnixNano(), b.ID)
+	}
+	sort.Slice(kept, func(i, j int) bool {
+		if q.Ascending {
+			return less(kept[i], kept[j])
+		}
+		return less(kept[j], kept[i])
+	})
+	start := 0
+	if q.NextToken != "" {
+		tn, tid, _ := parseToken(q.NextToken)
+		start = len(kept)
+		for i, it := range kept {
+			n := it.StartedAt.UnixNano()
+			after := before(tn, tid, n, it.ID)
+			if !q.Ascending {
+				after = before(n, it.ID, tn, tid)
+			}
+			if after {
+				start = i
+				break
+			}
+		}
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	end := min(start+limit, len(kept))
+	page = kept[start:end]
+	if end < len(kept) {
+		next = token(page[len(page)-1])
+	}
+	return page, next
+}

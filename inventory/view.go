@@ -1,0 +1,255 @@
+package inventory
+
+import (
+	"sort"
+	"strconv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// View is an immutable snapshot of the fleet assembled from NodeInventory
+// objects: the nodes (name, address, pools) and every published entry, with
+// an index by entry name ("ns/name"; duplicates allowed) and by claim id.
+//
+// A View never copies the NodeInventory objects it is built from and never
+// mutates them: it holds them and reuses their strings. Holding a View costs
+// a small fixed number of bytes per entry (three int32s and a hash in a
+// slot, plus one slot in each of two maps); resolving one sandbox allocates
+// nothing. A View is safe for concurrent readers.
+type View struct {
+	nodes  []Node
+	slots  []slot
+	byName map[string]int32 // name → first slot; further ones chain via slot.next
+	byID   map[string]int32 // claim id → first slot holding it
+	sum    uint64           // content hash of the whole view
+}
+
+// Node is one node of a View.
+type Node struct {
+	// Name is the node's name (NodeInventory.Node, else metadata.name).
+	Name string
+	// Address is the node daemon's host:port; empty means not routable.
+	Address string
+	// Pools are the node's advertised warm pools.
+	Pools []Pool
+
+	inv *NodeInventory
+}
+
+// Inventory returns the NodeInventory the node was read from.
+func (n *Node) Inventory() *NodeInventory { return n.inv }
+
+type slot struct {
+	hash  uint64 // content hash of the entry (resourceVersion)
+	node  int32  // index into View.nodes
+	entry int32  // index into that node's Entries
+	next  int32  // next slot with the same name, or -1
+}
+
+// Item is one resolved entry: the entry and the node that published it.
+// Both point into the View; treat them as read-only.
+type Item struct {
+	Node  *Node
+	Entry *Entry
+	// Hash is the entry's content hash (see Hash).
+	Hash uint64
+}
+
+// ResourceVersion renders Hash as the decimal resourceVersion of the entry.
+func (it Item) ResourceVersion() string { return strconv.FormatUint(it.Hash, 10) }
+
+// NewView builds a View from inventories. Nodes are ordered by name (ties
+// keep input order); nil inventories are skipped. The inventories must not
+// be mutated while the View is in use.
+func NewView(invs []*NodeInventory) *View {
+	v := &View{}
+	n := 0
+	for _, inv := range invs {
+		if inv != nil {
+			v.nodes = append(v.nodes, Node{Name: nodeName(inv), Address: inv.Address, Pools: inv.Pools, inv: inv})
+			n += len(inv.Entries)
+		}
+	}
+	sort.SliceStable(v.nodes, func(i, j int) bool { return v.nodes[i].Name < v.nodes[j].Name })
+	v.slots = make([]slot, 0, n)
+	v.byName = make(map[string]int32, n)
+	v.byID = make(map[string]int32, n)
+	// last slot of each name chain, so duplicates append in order.
+	var tails map[int32]int32
+	for ni := range v.nodes {
+		nd := &v.nodes[ni]
+		for ei := range nd.inv.Entries {
+			e := &nd.inv.Entries[ei]
+			si := int32(len(v.slots))
+			v.slots = append(v.slots, slot{hash: Hash(nd.Name, e), node: int32(ni), entry: int32(ei), next: -1})
+			if first, ok := v.byName[e.Name]; ok {
+				if tails == nil {
+					tails = map[int32]int32{}
+				}
+				tail, ok := tails[first]
+				if !ok {
+					tail = first
+				}
+				v.slots[tail].next = si
+				tails[first] = si
+			} else {
+				v.byName[e.Name] = si
+			}
+			if e.ID != "" {
+				if _, ok := v.byID[e.ID]; !ok {
+					v.byID[e.ID] = si
+				}
+			}
+		}
+	}
+	h := uint64(fnvOffset)
+	for i := range v.nodes {
+		h = fnvString(h, v.nodes[i].Name)
+		h = fnvString(h, v.nodes[i].Address)
+	}
+	for i := range v.slots {
+		for b := 0; b < 8; b++ {
+			h ^= uint64(byte(v.slots[i].hash >> (8 * b)))
+			h *= fnvPrime
+		}
+	}
+	v.sum = h
+	return v
+}
+
+// Sum is a content hash of the whole view (nodes, addresses and entries).
+// Equal content gives an equal Sum on every replica; it is never 0.
+func (v *View) Sum() uint64 {
+	if v == nil || v.sum == 0 {
+		return 1
+	}
+	return v.sum
+}
+
+func nodeName(inv *NodeInventory) string {
+	if inv.Node != "" {
+		return inv.Node
+	}
+	return inv.Name
+}
+
+func (v *View) item(si int32) Item {
+	s := &v.slots[si]
+	nd := &v.nodes[s.node]
+	return Item{Node: nd, Entry: &nd.inv.Entries[s.entry], Hash: s.hash}
+}
+
+// Nodes returns the nodes ordered by name. The slice is shared; do not modify it.
+func (v *View) Nodes() []Node {
+	if v == nil {
+		return nil
+	}
+	return v.nodes
+}
+
+// Node returns the named node.
+func (v *View) Node(name string) (*Node, bool) {
+	if v == nil {
+		return nil, false
+	}
+	i := sort.Search(len(v.nodes), func(i int) bool { return v.nodes[i].Name >= name })
+	if i < len(v.nodes) && v.nodes[i].Name == name {
+		return &v.nodes[i], true
+	}
+	return nil, false
+}
+
+// Len is the number of entries, duplicates included.
+func (v *View) Len() int {
+	if v == nil {
+		return 0
+	}
+	return len(v.slots)
+}
+
+// At returns the i-th entry (0 ≤ i < Len), in node-name then entry order.
+func (v *View) At(i int) Item { return v.item(int32(i)) }
+
+// ByName resolves the first entry named name ("ns/name").
+func (v *View) ByName(name string) (Item, bool) {
+	if v == nil {
+		return Item{}, false
+	}
+	si, ok := v.byName[name]
+	if !ok {
+		return Item{}, false
+	}
+	return v.item(si), true
+}
+
+// EachByName calls fn for every entry named name, in order, until fn returns false.
+func (v *View) EachByName(name string, fn func(Item) bool) {
+	if v == nil {
+		return
+	}
+	si, ok := v.byName[name]
+	for ok && si >= 0 {
+		if !fn(v.item(si)) {
+			return
+		}
+		si = v.slots[si].next
+	}
+}
+
+// ByID resolves the entry holding claim id.
+func (v *View) ByID(id string) (Item, bool) {
+	if v == nil || id == "" {
+		return Item{}, false
+	}
+	si, ok := v.byID[id]
+	if !ok {
+		return Item{}, false
+	}
+	return v.item(si), true
+}
+
+// Hash is the content hash of an entry published by node: FNV-64a over the
+// node name and every entry field, separated so that field boundaries count.
+// It is the entry's resourceVersion: equal content, equal hash.
+func Hash(node string, e *Entry) uint64 {
+	h := uint64(fnvOffset)
+	h = fnvString(h, node)
+	h = fnvString(h, e.Name)
+	h = fnvString(h, e.ID)
+	h = fnvString(h, e.Phase)
+	h = fnvString(h, e.Template)
+	h = fnvString(h, e.ClaimRef)
+	h = fnvString(h, e.Addr)
+	h = fnvTime(h, e.Deadline)
+	h = fnvTime(h, e.ClaimedAt)
+	return h
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	h ^= 0xff // separator: not a valid UTF-8 byte, so "a"+"bc" ≠ "ab"+"c"
+	h *= fnvPrime
+	return h
+}
+
+func fnvTime(h uint64, t *metav1.Time) uint64 {
+	var secs int64
+	if !t.IsZero() {
+		secs = t.Unix()
+	}
+	for i := 0; i < 8; i++ {
+		h ^= uint64(byte(secs >> (8 * i)))
+		h *= fnvPrime
+	}
+	h ^= 0xff
+	h *= fnvPrime
+	return h
+}

@@ -1,0 +1,200 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"unicode"
+
+	"github.com/hearthvm/hearth/pool"
+	sbapi "github.com/hearthvm/hearth/sandbox"
+)
+
+// Request limits.
+const (
+	maxBodyBytes    = 1 << 20
+	maxTemplateLen  = 1024
+	maxRefLen       = 512
+	maxNameLen      = 253
+	maxWarmPerPool  = 100000
+	maxPoolsPerNode = 4096
+)
+
+// claimInput is a validated claim request.
+type claimInput struct {
+	key      pool.Key
+	ttl      int64
+	ref      string
+	env      map[string]string
+	metadata map[string]string
+}
+
+func badRequest(format string, args ...any) error {
+	return errorf(http.StatusBadRequest, format, args...)
+}
+
+// decodeBody decodes exactly one JSON value from b into v. An empty body
+// decodes to v's zero value when allowEmpty is set.
+func decodeBody(b []byte, v any, allowEmpty bool) error {
+	if len(bytes.TrimSpace(b)) == 0 {
+		if allowEmpty {
+			return nil
+		}
+		return badRequest("request body is empty; want a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		return badRequest("malformed JSON body: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("malformed JSON body: trailing data after the object")
+	}
+	return nil
+}
+
+// normalizeKey validates and normalizes the pool axes: net "" → none,
+// size "" → small.
+func normalizeKey(template, net, size string) (pool.Key, error) {
+	if template == "" {
+		return pool.Key{}, badRequest("template is required")
+	}
+	if len(template) > maxTemplateLen || strings.IndexFunc(template, unicode.IsControl) >= 0 {
+		return pool.Key{}, badRequest("template %.64q is not a valid image reference", template)
+	}
+	n, err := pool.NormalizeNet(net)
+	if err != nil {
+		return pool.Key{}, badRequest("%v", err)
+	}
+	switch size {
+	case "":
+		size = sbapi.SizeSmall
+	case sbapi.SizeSmall, sbapi.SizeMedium, sbapi.SizeLarge:
+	default:
+		return pool.Key{}, badRequest("unknown size %.32q (want %q, %q or %q)", size, sbapi.SizeSmall, sbapi.SizeMedium, sbapi.SizeLarge)
+	}
+	return pool.Key{Template: template, Net: n, Size: size}, nil
+}
+
+// validRef checks a claim ref: empty, or "<namespace>/<name>" with both parts.
+func validRef(ref string) error {
+	if ref == "" {
+		return nil
+	}
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" || len(ref) > maxRefLen || strings.IndexFunc(ref, unicode.IsControl) >= 0 {
+		return badRequest("claim_ref %.64q is not <namespace>/<name>", ref)
+	}
+	return nil
+}
+
+func checkTTL(ttl int64) error {
+	if ttl < 0 {
+		return badRequest("ttl_seconds must not be negative")
+	}
+	return nil
+}
+
+// parseClaim decodes and validates the body of POST /v1/claim.
+func parseClaim(b []byte) (claimInput, error) {
+	var req ClaimRequest
+	if err := decodeBody(b, &req, false); err != nil {
+		return claimInput{}, err
+	}
+	k, err := normalizeKey(req.Template, req.Net, req.Size)
+	if err != nil {
+		return claimInput{}, err
+	}
+	if err := checkTTL(req.TTLSeconds); err != nil {
+		return claimInput{}, err
+	}
+	if err := validRef(req.ClaimRef); err != nil {
+		return claimInput{}, err
+	}
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return claimInput{}, badRequest("env name %.64q is invalid", k)
+		}
+	}
+	return claimInput{key: k, ttl: req.TTLSeconds, ref: req.ClaimRef, env: req.Env, metadata: req.Metadata}, nil
+}
+
+// parsePools decodes and validates the body of PUT /v1/pools: the whole
+// set, each key once (after normalization), no negative targets.
+func parsePools(b []byte) ([]poolTarget, error) {
+	var raw struct {
+		Pools *[]PoolSpec `json:"pools"`
+	}
+	if err := decodeBody(b, &raw, false); err != nil {
+		return nil, err
+	}
+	if raw.Pools == nil {
+		return nil, badRequest(`"pools" is required (an empty list drains every pool)`)
+	}
+	if len(*raw.Pools) > maxPoolsPerNode {
+		return nil, badRequest("too many pools (%d > %d)", len(*raw.Pools), maxPoolsPerNode)
+	}
+	seen := map[pool.Key]bool{}
+	out := make([]poolTarget, 0, len(*raw.Pools))
+	for i, p := range *raw.Pools {
+		k, err := normalizeKey(p.Template, p.Net, p.Size)
+		if err != nil {
+			return nil, badRequest("pools[%d]: %v", i, err)
+		}
+		if p.Warm < 0 || p.Warm > maxWarmPerPool {
+			return nil, badRequest("pools[%d]: warm %d is out of range [0, %d]", i, p.Warm, maxWarmPerPool)
+		}
+		if seen[k] {
+			return nil, badRequest("pools[%d]: duplicate pool (%s)", i, k)
+		}
+		seen[k] = true
+		out = append(out, poolTarget{Template: k.Template, Net: k.Net, Size: k.Size, Warm: p.Warm})
+	}
+	return out, nil
+}
+
+func parseFork(b []byte) (count int, ttl int64, err error) {
+	var req ForkRequest
+	if err := decodeBody(b, &req, true); err != nil {
+		return 0, 0, err
+	}
+	if req.Count == 0 {
+		req.Count = 1
+	}
+	if req.Count < 0 || req.Count > MaxForkCount {
+		return 0, 0, badRequest("count %d is out of range [1, %d]", req.Count, MaxForkCount)
+	}
+	if err := checkTTL(req.TTLSeconds); err != nil {
+		return 0, 0, err
+	}
+	return req.Count, req.TTLSeconds, nil
+}
+
+func parseCheckpoint(b []byte) (string, error) {
+	var req CheckpointRequest
+	if err := decodeBody(b, &req, true); err != nil {
+		return "", err
+	}
+	if len(req.Name) > maxNameLen || strings.IndexFunc(req.Name, unicode.IsControl) >= 0 {
+		return "", badRequest("checkpoint name %.64q is invalid", req.Name)
+	}
+	return req.Name, nil
+}
+
+func parseTTLBody(b []byte, allowEmpty bool) (int64, error) {
+	var req struct {
+		TTLSeconds *int64 `json:"ttl_seconds"`
+	}
+	if err := decodeBody(b, &req, allowEmpty); err != nil {
+		return 0, err
+	}
+	if req.TTLSeconds == nil {
+		if !allowEmpty {
+			return 0, badRequest("ttl_seconds is required")
+		}
+		return 0, nil
+	}
+	return *req.TTLSeconds, checkTTL(*req.TTLSeconds)
+}

@@ -1,0 +1,349 @@
+package node
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// principal is an authenticated caller: root, or the holder of one
+// sandbox's token.
+type principal struct {
+	root      bool
+	sandboxID string
+}
+
+// authenticate resolves the bearer token. ok is false for a missing or
+// unknown token (401).
+func (n *Node) authenticate(r *http.Request) (principal, bool) {
+	if n.cfg.RootToken == "" {
+		return principal{root: true}, true
+	}
+	tok, ok := bearer(r)
+	if !ok {
+		return principal{}, false
+	}
+	h := hashToken(tok)
+	if subtle.ConstantTimeCompare(h[:], n.rootHash[:]) == 1 {
+		return principal{root: true}, true
+	}
+	// The map is keyed by the token's hash, so the lookup's timing says
+	// nothing useful about the token; the final compare is constant-time.
+	n.mu.Lock()
+	id, found := n.tab.byToken[h]
+	var want string
+	if sb := n.tab.byID[id]; found && sb != nil {
+		want = sb.rec.Handle.Token
+	}
+	n.mu.Unlock()
+	if found && subtle.ConstantTimeCompare([]byte(want), []byte(tok)) == 1 {
+		return principal{sandboxID: id}, true
+	}
+	return principal{}, false
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// Handler returns the node HTTP API (CONTRACT §3). /healthz and /metrics
+// need no token; every other route needs the root token, except the
+// per-sandbox routes, which also accept that sandbox's own token.
+func (n *Node) Handler() http.Handler {
+	mux := http.NewServeMux()
+	methodless := map[string]bool{}
+	route := func(pattern string, h http.HandlerFunc) {
+		mux.HandleFunc(pattern, h)
+		// The same path with any other method: a JSON 405.
+		_, path, _ := strings.Cut(pattern, " ")
+		if !methodless[path] {
+			methodless[path] = true
+			mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+				writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+path)
+			})
+		}
+	}
+
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+
+	route("POST /v1/claim", n.rootOnly(n.handleClaim))
+	route("GET /v1/sandboxes", n.rootOnly(n.handleList))
+	route("PUT /v1/pools", n.rootOnly(n.handlePools))
+	route("GET /v1/info", n.rootOnly(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.info()) }))
+	route("GET /v1/checkpoints", n.rootOnly(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, CheckpointList{Checkpoints: n.checkpointList()})
+	}))
+	route("DELETE /v1/checkpoints/{id}", n.rootOnly(func(w http.ResponseWriter, r *http.Request) {
+		if err := n.deleteCheckpoint(r.PathValue("id")); err != nil {
+			writeErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	route("POST /v1/checkpoints/{id}/claim", n.rootOnly(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		ttl, err := parseTTLBody(body, true)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		res, err := n.branch(r.Context(), r.PathValue("id"), ttl)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	}))
+
+	route("GET /v1/sandboxes/{id}", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, p principal, id string) {
+		n.mu.Lock()
+		sb := n.tab.byID[id]
+		var row Sandbox
+		if sb != nil {
+			row = n.row(sb, p.root)
+		}
+		n.mu.Unlock()
+		if sb == nil {
+			writeErr(w, errNotFound)
+			return
+		}
+		writeJSON(w, http.StatusOK, row)
+	}))
+	route("POST /v1/sandboxes/{id}/release", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
+		if err := n.remove(r.Context(), id, false); err != nil {
+			writeErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	for verb, hibernate := range map[string]bool{"hibernate": true, "wake": false} {
+		route("POST /v1/sandboxes/{id}/"+verb, n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
+			if err := n.setHibernated(r.Context(), id, hibernate); err != nil {
+				writeErr(w, err)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+	}
+	route("POST /v1/sandboxes/{id}/fork", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
+		body, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		count, ttl, err := parseFork(body)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		children, err := n.fork(r.Context(), id, count, ttl)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, ForkResult{Children: children})
+	}))
+	route("POST /v1/sandboxes/{id}/checkpoint", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
+		body, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		name, err := parseCheckpoint(body)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		ck, err := n.checkpoint(r.Context(), id, name)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, CheckpointResult{Checkpoint: ck})
+	}))
+	route("POST /v1/sandboxes/{id}/renew", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
+		body, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		ttl, err := parseTTLBody(body, true)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		dl, err := n.renew(id, ttl)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, RenewResult{Deadline: dl})
+	}))
+	route("GET /v1/sandboxes/{id}/stats", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
+		s, err := n.stats(r.Context(), id)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, s)
+	}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+// gate wraps an API operation: 503 once the node is closing.
+func (n *Node) gate(w http.ResponseWriter) bool {
+	if !n.enter() {
+		writeErr(w, errClosing)
+		return false
+	}
+	return true
+}
+
+// rootOnly admits the root token: 401 without a known token, 403 for a
+// sandbox token.
+func (n *Node) rootOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, ok := n.authenticate(r)
+		if !ok {
+			writeError(w, http.StatusUnauthorized, "missing or unknown bearer token")
+			return
+		}
+		if !p.root {
+			writeError(w, http.StatusForbidden, "a sandbox token may only act on its own sandbox")
+			return
+		}
+		if !n.gate(w) {
+			return
+		}
+		defer n.leave()
+		h(w, r)
+	}
+}
+
+// sandboxRoute admits root and the sandbox's own token; another sandbox's
+// token gets a 404 without anything being done.
+func (n *Node) sandboxRoute(h func(http.ResponseWriter, *http.Request, principal, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, ok := n.authenticate(r)
+		if !ok {
+			writeError(w, http.StatusUnauthorized, "missing or unknown bearer token")
+			return
+		}
+		id := r.PathValue("id")
+		if !p.root && p.sandboxID != id {
+			writeErr(w, errNotFound)
+			return
+		}
+		if !n.gate(w) {
+			return
+		}
+		defer n.leave()
+		h(w, r, p, id)
+	}
+}
+
+func (n *Node) handleClaim(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	in, err := parseClaim(body)
+	if err != nil {
+		n.metrics.claims.WithLabelValues("invalid").Inc()
+		writeErr(w, err)
+		return
+	}
+	res, err := n.claim(r.Context(), in)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (n *Node) handleList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n.mu.Lock()
+	var sbs []*sandbox
+	ref, byRef := q["claim_ref"]
+	if byRef {
+		sbs = n.tab.ref(strings.Join(ref, ""))
+	} else {
+		sbs = n.tab.all()
+	}
+	out := SandboxList{Sandboxes: make([]Sandbox, len(sbs))}
+	for i, sb := range sbs {
+		out.Sandboxes[i] = n.row(sb, false)
+	}
+	n.mu.Unlock()
+	if byRef && len(out.Sandboxes) == 0 {
+		writeError(w, http.StatusNotFound, "no sandbox recorded under claim_ref "+strings.Join(ref, ""))
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (n *Node) handlePools(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	ts, err := parsePools(body)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	info, err := n.setPools(ts)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+// readBody reads at most 1 MiB; larger bodies get a 413.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request body exceeds 1 MiB")
+		} else {
+			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		}
+		return nil, false
+	}
+	return b, true
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, Error{Error: msg})
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	writeError(w, statusOf(err), err.Error())
+}

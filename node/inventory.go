@@ -1,0 +1,52 @@
+package node
+
+import (
+	"sort"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hearthvm/hearth/inventory"
+	sbapi "github.com/hearthvm/hearth/sandbox"
+)
+
+// Inventory returns the node's NodeInventory as it would be published now:
+// pools sorted by key, entries sorted by name. An entry's name is its claim
+// ref, or "default/<id>" for a sandbox without one (a checkpoint branch).
+func (n *Node) Inventory() *inventory.NodeInventory {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	inv := &inventory.NodeInventory{
+		TypeMeta: metav1.TypeMeta{APIVersion: inventory.SchemeGroupVersion.String(), Kind: "NodeInventory"},
+		Node:     n.cfg.Name,
+		Address:  n.cfg.AdvertiseAddress,
+	}
+	inv.Name = n.cfg.Name
+	for _, p := range n.tab.sortedPools() {
+		if p.target == 0 && len(p.warm) == 0 {
+			continue
+		}
+		inv.Pools = append(inv.Pools, inventory.Pool{Template: p.key.Template, Net: p.key.Net, Size: p.key.Size,
+			Warm: int32(len(p.warm)), Target: p.target})
+	}
+	for _, sb := range n.tab.byID {
+		r := sb.rec
+		name := r.ClaimRef
+		if name == "" {
+			name = "default/" + r.ID
+		}
+		phase := sbapi.PhaseRunning
+		if r.Hibernated {
+			phase = sbapi.PhaseHibernated
+		}
+		dl, at := metav1.NewTime(r.Deadline), metav1.NewTime(r.ClaimedAt)
+		inv.Entries = append(inv.Entries, inventory.Entry{Name: name, ID: r.ID, Phase: phase, Template: r.Key.Template,
+			ClaimRef: r.ClaimRef, Addr: r.Handle.Addr, Deadline: &dl, ClaimedAt: &at})
+	}
+	sort.Slice(inv.Entries, func(i, j int) bool {
+		if inv.Entries[i].Name != inv.Entries[j].Name {
+			return inv.Entries[i].Name < inv.Entries[j].Name
+		}
+		return inv.Entries[i].ID < inv.Entries[j].ID
+	})
+	return inv
+}

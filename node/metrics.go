@@ -1,0 +1,86 @@
+package node
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the node's Prometheus metrics, in a private registry (so
+// several nodes can live in one process).
+type metrics struct {
+	reg             *prometheus.Registry
+	claims          *prometheus.CounterVec
+	claimSeconds    prometheus.Histogram
+	boots           prometheus.Counter
+	bootFailures    prometheus.Counter
+	bootSeconds     prometheus.Histogram
+	reaped          prometheus.Counter
+	publishFailures prometheus.Counter
+}
+
+var (
+	poolLabels = []string{"template", "net", "size"}
+	descWarm   = prometheus.NewDesc("hearth_node_pool_warm", "Warm microVMs ready to be claimed, per pool.", poolLabels, nil)
+	descTarget = prometheus.NewDesc("hearth_node_pool_target", "Warm target, per pool.", poolLabels, nil)
+	descRefill = prometheus.NewDesc("hearth_node_pool_refilling", "Boots in flight, per pool.", poolLabels, nil)
+	descClaims = prometheus.NewDesc("hearth_node_sandboxes", "Claimed sandboxes, by phase.", []string{"phase"}, nil)
+)
+
+func newMetrics(n *Node) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_node_claims_total", Help: "Claims by result (delivered, no_capacity, invalid, error).",
+		}, []string{"result"}),
+		claimSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "hearth_node_claim_duration_seconds", Help: "Time to answer a claim.",
+			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16),
+		}),
+		boots:        prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_boots_total", Help: "Boots and clones that produced a VM (golden boots included)."}),
+		bootFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_boot_failures_total", Help: "Warm VM boots that failed."}),
+		bootSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "hearth_node_boot_duration_seconds", Help: "Time to make one warm VM.",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 15),
+		}),
+		reaped:          prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_leases_reaped_total", Help: "Sandboxes destroyed at their lease deadline."}),
+		publishFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_inventory_publish_failures_total", Help: "Failed inventory publishes."}),
+	}
+	for _, l := range []string{"delivered", "no_capacity", "invalid", "error"} {
+		m.claims.WithLabelValues(l)
+	}
+	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures,
+		tableCollector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// tableCollector reads the pool and claim gauges from the table at scrape
+// time, so a drained pool's series disappear with it.
+type tableCollector struct{ n *Node }
+
+func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descWarm
+	ch <- descTarget
+	ch <- descRefill
+	ch <- descClaims
+}
+
+func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for k, p := range n.tab.pools {
+		ch <- prometheus.MustNewConstMetric(descWarm, prometheus.GaugeValue, float64(len(p.warm)), k.Template, k.Net, k.Size)
+		ch <- prometheus.MustNewConstMetric(descTarget, prometheus.GaugeValue, float64(p.target), k.Template, k.Net, k.Size)
+		ch <- prometheus.MustNewConstMetric(descRefill, prometheus.GaugeValue, float64(p.booting), k.Template, k.Net, k.Size)
+	}
+	var running, hib int
+	for _, sb := range n.tab.byID {
+		if sb.rec.Hibernated {
+			hib++
+		} else {
+			running++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descClaims, prometheus.GaugeValue, float64(running), "running")
+	ch <- prometheus.MustNewConstMetric(descClaims, prometheus.GaugeValue, float64(hib), "hibernated")
+}

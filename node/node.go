@@ -1,0 +1,466 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/pool"
+	"github.com/hearthvm/hearth/vmm"
+)
+
+// Config configures a Node.
+type Config struct {
+	// Name is the node's name (NodeInventory metadata.name). Required.
+	Name string
+	// AdvertiseAddress is the host:port other components reach this node's
+	// API at; it is published in the inventory and /v1/info.
+	AdvertiseAddress string
+	// RootToken is the node/fleet root bearer token. Empty disables root
+	// authentication: every caller is root (development only).
+	RootToken string
+	// DataDir holds the store, golden checkpoints and checkpoints. Required.
+	// Two nodes must not share one.
+	DataDir string
+	// Driver boots the VMs. Required. Its root must be this node's alone.
+	Driver vmm.Driver
+	// Limits are the lease bounds; zero means DefaultLimits. A
+	// claim.Limits converts: node.Limits(claim.DefaultLimits).
+	Limits Limits
+	// MaxBootConcurrency bounds concurrent boots and clones node-wide; default 4.
+	MaxBootConcurrency int
+	// InventoryInterval is the publish cadence; default 30s.
+	InventoryInterval time.Duration
+	// InventoryDebounce, when positive, also publishes soon after a claim,
+	// release, hibernate or wake, at most once per this period.
+	InventoryDebounce time.Duration
+	// Publisher receives the inventory; nil disables publishing.
+	Publisher inventory.Publisher
+	// Logger defaults to klog.Background().
+	Logger klog.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// ReapInterval is the lease reaper's tick; default 1s.
+	ReapInterval time.Duration
+	// RefillInterval is the refill loop's tick (it also runs on every
+	// change); default 1s.
+	RefillInterval time.Duration
+}
+
+// Node is one node daemon. Create it with New, serve Handler, call Run for
+// the background loops and Close to shut down.
+type Node struct {
+	cfg     Config
+	log     klog.Logger
+	driver  vmm.Driver
+	store   *store
+	limits  Limits
+	metrics *metrics
+	now     func() time.Time
+
+	rootHash tokenHash
+	dirs     dirs
+
+	mu       sync.Mutex // guards tab, inflight, closed, running
+	tab      *table
+	inflight int
+	closed   bool
+	running  bool
+
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+	ops    sync.WaitGroup // API operations in progress
+	bg     sync.WaitGroup // boots, warm destroys, loops
+	loops  sync.WaitGroup // Run's loops
+
+	refillCh chan struct{}
+	changeCh chan struct{}
+	closeOne sync.Once
+	closeErr error
+}
+
+type dirs struct {
+	data, golden, checkpoints, tmp string
+}
+
+// New opens the node's store under cfg.DataDir, re-adopts every recorded
+// sandbox through the driver (Restore), and destroys every VM under the
+// driver's root that the claim table does not own. The returned Node serves
+// its Handler at once; warm pools fill once Run is called.
+func New(cfg Config) (*Node, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("node: Config.Name is required")
+	}
+	if cfg.DataDir == "" {
+		return nil, errors.New("node: Config.DataDir is required")
+	}
+	if cfg.Driver == nil {
+		return nil, errors.New("node: Config.Driver is required")
+	}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	if cfg.Limits.Default <= 0 {
+		cfg.Limits.Default = DefaultLimits.Default
+	}
+	if cfg.Limits.Max > 0 && cfg.Limits.Max < cfg.Limits.Default {
+		return nil, fmt.Errorf("node: max lease %v is shorter than the default lease %v", cfg.Limits.Max, cfg.Limits.Default)
+	}
+	if cfg.MaxBootConcurrency <= 0 {
+		cfg.MaxBootConcurrency = 4
+	}
+	if cfg.InventoryInterval <= 0 {
+		cfg.InventoryInterval = 30 * time.Second
+	}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = time.Second
+	}
+	if cfg.RefillInterval <= 0 {
+		cfg.RefillInterval = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log.GetSink() == nil {
+		log = klog.Background()
+	}
+	log = log.WithValues("node", cfg.Name)
+	if cfg.RootToken == "" {
+		log.Info("WARNING: no root token configured; root authentication is disabled (development only)")
+	}
+	data, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	d := dirs{data: data, golden: filepath.Join(data, "golden"), checkpoints: filepath.Join(data, "checkpoints"), tmp: filepath.Join(data, "tmp")}
+	// Goldens are rebuilt per run (the agent may have changed); tmp holds
+	// only the scratch checkpoints of forks in progress.
+	for _, p := range []string{d.golden, d.tmp} {
+		if err := os.RemoveAll(p); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
+	for _, p := range []string{d.data, d.golden, d.checkpoints, d.tmp} {
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
+	st, err := openStore(filepath.Join(data, "node.db"))
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{
+		cfg:      cfg,
+		log:      log,
+		driver:   cfg.Driver,
+		store:    st,
+		limits:   cfg.Limits,
+		now:      cfg.Now,
+		dirs:     d,
+		tab:      newTable(),
+		ctx:      ctx,
+		cancel:   cancel,
+		refillCh: make(chan struct{}, 1),
+		changeCh: make(chan struct{}, 1),
+	}
+	if cfg.RootToken != "" {
+		n.rootHash = hashToken(cfg.RootToken)
+	}
+	n.metrics = newMetrics(n)
+	if err := n.recover(ctx); err != nil {
+		cancel()
+		st.close()
+		return nil, fmt.Errorf("node: recovering state from %s: %w", data, err)
+	}
+	return n, nil
+}
+
+// recover loads the store into the table, re-adopts claimed VMs and
+// destroys the VMs nobody owns.
+func (n *Node) recover(ctx context.Context) error {
+	targets, err := n.store.pools()
+	if err != nil {
+		return err
+	}
+	for _, t := range targets {
+		n.tab.pool(pool.Key{Template: t.Template, Net: t.Net, Size: t.Size}, true).target = t.Warm
+	}
+
+	cks, err := n.store.checkpoints()
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, c := range cks {
+		if _, err := os.Stat(c.Dir); err != nil {
+			n.log.Info("Dropping checkpoint whose files are gone", "checkpoint", c.Checkpoint.ID, "dir", c.Dir)
+			_ = n.store.deleteCheckpoint(c.Checkpoint.ID)
+			continue
+		}
+		known[filepath.Base(c.Dir)] = true
+		n.tab.checkpoints[c.Checkpoint.ID] = &checkpoint{rec: c}
+	}
+	if ents, err := os.ReadDir(n.dirs.checkpoints); err == nil {
+		for _, e := range ents {
+			if !known[e.Name()] {
+				_ = os.RemoveAll(filepath.Join(n.dirs.checkpoints, e.Name()))
+			}
+		}
+	}
+
+	recs, err := n.store.sandboxes()
+	if err != nil {
+		return err
+	}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		sem = make(chan struct{}, 8)
+	)
+	for _, r := range recs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(r record) {
+			defer func() { <-sem; wg.Done() }()
+			h, err := n.driver.Restore(ctx, r.Handle)
+			if err != nil {
+				n.log.Error(err, "Cannot restore a claimed sandbox; dropping it", "id", r.ID, "claimRef", r.ClaimRef)
+				_ = n.driver.Destroy(ctx, r.Handle)
+				_ = n.store.deleteSandbox(r.ID)
+				return
+			}
+			r.Handle = h
+			if err := n.store.putSandboxes(r); err != nil {
+				n.log.Error(err, "Cannot persist a restored sandbox", "id", r.ID)
+			}
+			mu.Lock()
+			n.tab.insert(&sandbox{rec: r})
+			mu.Unlock()
+		}(r)
+	}
+	wg.Wait()
+
+	owned := n.tab.vmIDs()
+	live, err := n.driver.List(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the driver's VMs: %w", err)
+	}
+	orphans := 0
+	for _, h := range live {
+		if !owned[h.ID] {
+			orphans++
+			if err := n.driver.Destroy(ctx, h); err != nil {
+				n.log.Error(err, "Cannot destroy an orphaned VM", "vm", h.ID)
+			}
+		}
+	}
+	if s, ok := n.driver.(staler); ok {
+		stale, err := s.Stale(ctx)
+		if err != nil {
+			return fmt.Errorf("listing the driver's stale VMs: %w", err)
+		}
+		for _, h := range stale {
+			if !owned[h.ID] {
+				orphans++
+				if err := n.driver.Destroy(ctx, h); err != nil {
+					n.log.Error(err, "Cannot remove a stale VM", "vm", h.ID)
+				}
+			}
+		}
+	}
+	n.log.Info("Node state recovered", "sandboxes", len(n.tab.byID), "dropped", len(recs)-len(n.tab.byID),
+		"checkpoints", len(n.tab.checkpoints), "pools", len(n.tab.pools), "orphansDestroyed", orphans)
+	return nil
+}
+
+// staler is implemented by drivers that can list VM directories without a
+// live process (vmm/sim does), so a restarted node removes the ones it does
+// not own.
+type staler interface {
+	Stale(ctx context.Context) ([]vmm.Handle, error)
+}
+
+// Run runs the refill loop, the lease reaper and the inventory publisher
+// until ctx ends or Close is called. It returns nil then. The VMs stay as
+// they are: call Close to shut them down.
+func (n *Node) Run(ctx context.Context) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return errors.New("node: closed")
+	}
+	if n.running {
+		n.mu.Unlock()
+		return errors.New("node: already running")
+	}
+	n.running = true
+	n.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(n.ctx, cancel)
+	defer stop()
+
+	n.loops.Add(3)
+	go func() { defer n.loops.Done(); n.refillLoop(ctx) }()
+	go func() { defer n.loops.Done(); n.reapLoop(ctx) }()
+	go func() { defer n.loops.Done(); n.publishLoop(ctx) }()
+	n.log.Info("Node running", "address", n.cfg.AdvertiseAddress, "vmm", n.driver.Name(), "dataDir", n.dirs.data)
+	<-ctx.Done()
+	n.loops.Wait()
+	n.mu.Lock()
+	n.running = false
+	n.mu.Unlock()
+	return nil
+}
+
+// Close shuts the node down in order: the loops stop, in-flight operations
+// and boots finish (or are canceled), warm VMs are destroyed, and claimed
+// VMs are stopped (not destroyed) so the next New on the same DataDir
+// restores them. The Handler answers 503 afterwards. Close is idempotent.
+func (n *Node) Close(ctx context.Context) error {
+	n.closeOne.Do(func() { n.closeErr = n.close(ctx) })
+	return n.closeErr
+}
+
+func (n *Node) close(ctx context.Context) error {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	n.cancel()
+	n.loops.Wait()
+	if !waitCtx(ctx, &n.ops) {
+		n.log.Info("Close: API operations still running at the deadline")
+	}
+	if !waitCtx(ctx, &n.bg) {
+		n.log.Info("Close: boots still running at the deadline")
+	}
+	// Use a fresh context for the driver calls: the node's is canceled.
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+
+	n.mu.Lock()
+	var warm []vmm.Handle
+	for _, p := range n.tab.pools {
+		warm = append(warm, p.warm...)
+		p.warm = nil
+	}
+	claimed := n.tab.all()
+	n.mu.Unlock()
+
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, h := range warm {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(h vmm.Handle) {
+			defer func() { <-sem; wg.Done() }()
+			if err := n.driver.Destroy(dctx, h); err != nil {
+				n.log.Error(err, "Close: destroying a warm VM", "vm", h.ID)
+			}
+		}(h)
+	}
+	for _, sb := range claimed {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(sb *sandbox) {
+			defer func() { <-sem; wg.Done() }()
+			sb.mu.Lock()
+			defer sb.mu.Unlock()
+			if sb.gone {
+				return
+			}
+			h, err := n.driver.Stop(dctx, sb.rec.Handle)
+			if err != nil {
+				n.log.Error(err, "Close: stopping a claimed VM", "id", sb.rec.ID)
+				return
+			}
+			n.mu.Lock()
+			sb.rec.Handle = h
+			rec := sb.rec
+			n.mu.Unlock()
+			if err := n.store.putSandboxes(rec); err != nil {
+				n.log.Error(err, "Close: persisting a stopped sandbox", "id", rec.ID)
+			}
+		}(sb)
+	}
+	wg.Wait()
+	_ = os.RemoveAll(n.dirs.golden)
+	n.log.Info("Node closed", "warmDestroyed", len(warm), "claimedStopped", len(claimed))
+	return n.store.close()
+}
+
+func waitCtx(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// enter registers an API operation; it fails once the node is closing.
+func (n *Node) enter() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.ops.Add(1)
+	return true
+}
+
+func (n *Node) leave() { n.ops.Done() }
+
+// goBG runs f in the background, tracked for Close. It returns false (and
+// does not run f) once the node is closing.
+func (n *Node) goBG(f func()) bool {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return false
+	}
+	n.bg.Add(1)
+	n.mu.Unlock()
+	go func() { defer n.bg.Done(); f() }()
+	return true
+}
+
+// kickRefill wakes the refill loop.
+func (n *Node) kickRefill() {
+	select {
+	case n.refillCh <- struct{}{}:
+	default:
+	}
+}
+
+// changed notes a claim-table change for the debounced publisher.
+func (n *Node) changed() {
+	select {
+	case n.changeCh <- struct{}{}:
+	default:
+	}
+}
+
+func randHex(nbytes int) string {
+	b := make([]byte, nbytes)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+func newToken() string { return randHex(24) }

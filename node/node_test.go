@@ -1,0 +1,525 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hearthvm/hearth/inventory"
+)
+
+var bg = context.Background()
+
+func pools(template string, warm int32) []PoolSpec {
+	return []PoolSpec{{Template: template, Warm: warm}}
+}
+
+// Under -race: 1000 concurrent claims against a pool of 200 deliver exactly
+// 200 sandboxes, no id (or VM, or token) twice, and 800 clean 429s.
+func TestClaim_ConcurrentClaimsDeliverEachWarmVMOnce(t *testing.T) {
+	drv := newFakeDriver()
+	tn := startNode(t, drv, func(c *Config) { c.MaxBootConcurrency = 16 })
+	if _, err := tn.root.PutPools(bg, pools("img", 200)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 200)
+	drv.gated.Store(true) // no refill while claiming
+	defer close(drv.release)
+
+	const claims = 1000
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		ids       = map[string]bool{}
+		tokens    = map[string]bool{}
+		noCap     atomic.Int32
+		otherErrs []error
+	)
+	start := make(chan struct{})
+	for i := 0; i < claims; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/same"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				if ids[res.ID] || tokens[res.Token] {
+					t.Errorf("delivered twice: %+v", res)
+				}
+				ids[res.ID], tokens[res.Token] = true, true
+			case errors.Is(err, ErrNoCapacity):
+				noCap.Add(1)
+			default:
+				otherErrs = append(otherErrs, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(otherErrs) > 0 {
+		t.Fatalf("%d unexpected errors, first: %v", len(otherErrs), otherErrs[0])
+	}
+	if len(ids) != 200 || noCap.Load() != claims-200 {
+		t.Fatalf("delivered %d, 429s %d; want 200 and %d", len(ids), noCap.Load(), claims-200)
+	}
+	list, err := tn.root.GetByRef(bg, "ns/same")
+	if err != nil || len(list) != 200 {
+		t.Fatalf("by ref: %d %v", len(list), err)
+	}
+	vms := map[string]bool{}
+	tn.mu.Lock()
+	for _, sb := range tn.tab.byID {
+		if vms[sb.rec.Handle.ID] {
+			t.Errorf("VM %s handed out twice", sb.rec.Handle.ID)
+		}
+		vms[sb.rec.Handle.ID] = true
+	}
+	tn.mu.Unlock()
+}
+
+func TestClaim_NeverBootsAndAnswers429(t *testing.T) {
+	drv := newFakeDriver()
+	tn := startNode(t, drv, nil)
+	_, err := tn.root.Claim(bg, ClaimRequest{Template: "img"})
+	if StatusOf(err) != http.StatusTooManyRequests || !errors.Is(err, ErrNoCapacity) {
+		t.Fatalf("claim on an empty node: %v", err)
+	}
+	if drv.boots.Load()+drv.clones.Load() != 0 {
+		t.Fatal("a claim booted a VM")
+	}
+}
+
+func rawDo(t *testing.T, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestAuth(t *testing.T) {
+	drv := newFakeDriver()
+	tn := startNode(t, drv, nil)
+	if _, err := tn.root.PutPools(bg, pools("img", 2)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 2)
+	drv.gated.Store(true)
+	defer close(drv.release)
+	a, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := tn.srv.URL
+	cases := []struct {
+		name, method, path, token, body string
+		want                            int
+	}{
+		{"no token", "GET", "/v1/sandboxes/" + a.ID, "", "", 401},
+		{"unknown token", "GET", "/v1/sandboxes/" + a.ID, "nope", "", 401},
+		{"unknown token release", "POST", "/v1/sandboxes/" + a.ID + "/release", "nope", "", 401},
+		{"other sandbox's token get", "GET", "/v1/sandboxes/" + a.ID, b.Token, "", 404},
+		{"other sandbox's token release", "POST", "/v1/sandboxes/" + a.ID + "/release", b.Token, "", 404},
+		{"other sandbox's token hibernate", "POST", "/v1/sandboxes/" + a.ID + "/hibernate", b.Token, "", 404},
+		{"other sandbox's token renew", "POST", "/v1/sandboxes/" + a.ID + "/renew", b.Token, `{"ttl_seconds":5}`, 404},
+		{"own token get", "GET", "/v1/sandboxes/" + a.ID, a.Token, "", 200},
+		{"own token stats", "GET", "/v1/sandboxes/" + a.ID + "/stats", a.Token, "", 200},
+		{"sandbox token claims", "POST", "/v1/claim", a.Token, `{"template":"img"}`, 403},
+		{"sandbox token info", "GET", "/v1/info", a.Token, "", 403},
+		{"sandbox token lists", "GET", "/v1/sandboxes", a.Token, "", 403},
+		{"sandbox token pools", "PUT", "/v1/pools", a.Token, `{"pools":[]}`, 403},
+		{"no token pools", "PUT", "/v1/pools", "", `{"pools":[]}`, 401},
+		{"root get", "GET", "/v1/sandboxes/" + a.ID, testRoot, "", 200},
+		{"healthz open", "GET", "/healthz", "", "", 200},
+		{"metrics open", "GET", "/metrics", "", "", 200},
+		{"bad method", "DELETE", "/v1/claim", testRoot, "", 405},
+		{"no route", "GET", "/v2/nothing", testRoot, "", 404},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := rawDo(t, tc.method, u+tc.path, tc.token, tc.body)
+			if code != tc.want {
+				t.Fatalf("%s %s = %d %s, want %d", tc.method, tc.path, code, body, tc.want)
+			}
+			if code >= 400 {
+				var e Error
+				if json.Unmarshal([]byte(body), &e) != nil || e.Error == "" {
+					t.Fatalf("error body is not JSON: %q", body)
+				}
+			}
+		})
+	}
+	// Nothing the refused calls asked for happened.
+	got, err := tn.root.Get(bg, a.ID)
+	if err != nil || got.Hibernated || !got.Deadline.Equal(a.Deadline) {
+		t.Fatalf("a after refused calls: %+v %v", got, err)
+	}
+	if got.Token != a.Token {
+		t.Fatal("root read lacks the token")
+	}
+	own, err := NewClient(u, a.Token).Get(bg, a.ID)
+	if err != nil || own.Token != "" {
+		t.Fatalf("own-token read: %+v %v", own, err)
+	}
+	// The sandbox's own token may release it.
+	if err := NewClient(u, a.Token).Release(bg, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tn.root.Get(bg, a.ID); StatusOf(err) != 404 {
+		t.Fatalf("released sandbox still there: %v", err)
+	}
+}
+
+func TestPools_ValidationAndDrain(t *testing.T) {
+	drv := newFakeDriver()
+	tn := startNode(t, drv, nil)
+	for _, body := range []string{
+		`{"pools":[{"template":"a","warm":1},{"template":"a","net":"none","warm":2}]}`,
+		`{"pools":[{"template":"a","warm":-1}]}`,
+		`{"pools":[{"template":"a","net":"wifi","warm":1}]}`,
+		`{"pools":`,
+	} {
+		if code, resp := rawDo(t, "PUT", tn.srv.URL+"/v1/pools", testRoot, body); code != 400 || !strings.Contains(resp, `"error"`) {
+			t.Errorf("PUT %s = %d %s", body, code, resp)
+		}
+	}
+	if _, err := tn.root.PutPools(bg, []PoolSpec{{Template: "a", Warm: 3}, {Template: "b", Net: "egress", Size: "medium", Warm: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "a", 3)
+	tn.waitWarm(t, "b", 1)
+	info, _ := tn.root.Info(bg)
+	if len(info.Pools) != 2 || info.Pools[1] != (PoolInfo{Template: "b", Net: "egress", Size: "medium", Warm: 1, Target: 1}) {
+		t.Fatalf("info pools = %+v", info.Pools)
+	}
+	// Scale a down, leave b out (drain).
+	if _, err := tn.root.PutPools(bg, pools("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		info, _ := tn.root.Info(bg)
+		return len(info.Pools) == 1 && info.Pools[0].Warm == 1 && drv.count() == 1
+	})
+	if _, err := tn.root.PutPools(bg, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { info, _ := tn.root.Info(bg); return len(info.Pools) == 0 && drv.count() == 0 })
+}
+
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestForkCheckpointBranch(t *testing.T) {
+	drv := newFakeDriver()
+	tn := startNode(t, drv, nil)
+	if _, err := tn.root.PutPools(bg, pools("img", 1)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 1)
+	p, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "team/parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids, err := tn.root.Fork(bg, p.ID, ForkRequest{Count: 3, TTLSeconds: 60})
+	if err != nil || len(kids) != 3 {
+		t.Fatalf("fork: %v %v", kids, err)
+	}
+	for _, c := range kids {
+		if c.ClaimRef != "team/"+c.ID || c.ID == p.ID || c.Token == p.Token {
+			t.Fatalf("child %+v", c)
+		}
+		if got, err := tn.root.GetByRef(bg, c.ClaimRef); err != nil || len(got) != 1 || got[0].ID != c.ID {
+			t.Fatalf("child by ref: %v %v", got, err)
+		}
+	}
+	if _, err := tn.root.Fork(bg, p.ID, ForkRequest{Count: 17}); StatusOf(err) != 400 {
+		t.Fatalf("fork 17: %v", err)
+	}
+
+	// All or nothing: one failing clone, nothing recorded or left running.
+	before, vmsBefore := len(mustList(t, tn)), drv.count()
+	drv.failClone.Store(1)
+	if _, err := tn.root.Fork(bg, p.ID, ForkRequest{Count: 3}); StatusOf(err) != 500 {
+		t.Fatalf("fork with a failing clone: %v", err)
+	}
+	if got := len(mustList(t, tn)); got != before {
+		t.Fatalf("a failed fork recorded children: %d → %d", before, got)
+	}
+	waitFor(t, func() bool { return drv.count() <= vmsBefore+1 }) // +1: the refill of the claimed warm VM
+
+	if err := tn.root.Hibernate(bg, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.root.Hibernate(bg, p.ID); err != nil {
+		t.Fatalf("hibernate is not idempotent: %v", err)
+	}
+	if _, err := tn.root.Fork(bg, p.ID, ForkRequest{}); StatusOf(err) != 409 {
+		t.Fatalf("fork of a hibernated sandbox: %v", err)
+	}
+	ck1, err := tn.root.Checkpoint(bg, p.ID, "first")
+	if err != nil || !strings.HasPrefix(ck1.ID, "ck_") || ck1.SandboxID != p.ID || ck1.Name != "first" || ck1.Key.Template != "img" || ck1.Node != "n1" {
+		t.Fatalf("checkpoint: %+v %v", ck1, err)
+	}
+	if err := tn.root.Wake(bg, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	ck2, err := tn.root.Checkpoint(bg, p.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cks, err := tn.root.Checkpoints(bg)
+	if err != nil || len(cks) != 2 || cks[0].ID != ck2.ID || cks[1].ID != ck1.ID {
+		t.Fatalf("checkpoints not newest first: %+v %v", cks, err)
+	}
+	br, err := tn.root.Branch(bg, ck1.ID, 30)
+	if err != nil || br.ClaimRef != "" || br.Template != "img" {
+		t.Fatalf("branch: %+v %v", br, err)
+	}
+	if got, err := tn.root.Get(bg, br.ID); err != nil || got.ClaimRef != "" {
+		t.Fatalf("branch lookup: %+v %v", got, err)
+	}
+	if err := tn.root.DeleteCheckpoint(bg, ck1.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.root.DeleteCheckpoint(bg, ck1.ID); StatusOf(err) != 404 {
+		t.Fatalf("second delete: %v", err)
+	}
+	if _, err := tn.root.Branch(bg, ck1.ID, 0); StatusOf(err) != 404 {
+		t.Fatalf("branch from a deleted checkpoint: %v", err)
+	}
+	inv := tn.Inventory()
+	var names []string
+	for _, e := range inv.Entries {
+		names = append(names, e.Name)
+	}
+	if len(inv.Entries) != 5 || inv.Entries[0].Name != "default/"+br.ID {
+		t.Fatalf("inventory entries %v", names)
+	}
+	for i := 1; i < len(names); i++ {
+		if names[i-1] > names[i] {
+			t.Fatalf("entries not sorted: %v", names)
+		}
+	}
+}
+
+func mustList(t *testing.T, tn *testNode) []Sandbox {
+	t.Helper()
+	l, err := tn.root.List(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestRenewAndReaper(t *testing.T) {
+	drv := newFakeDriver()
+	tn := startNode(t, drv, func(c *Config) { c.Limits = Limits{Default: time.Minute, Max: time.Hour} })
+	if _, err := tn.root.PutPools(bg, pools("img", 3)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 3)
+	short, err := tn.root.Claim(bg, ClaimRequest{Template: "img", TTLSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := tn.root.Claim(bg, ClaimRequest{Template: "img", TTLSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, err := tn.root.Renew(bg, renewed.ID, 999999)
+	if err != nil || !dl.After(renewed.Deadline) || dl.After(time.Now().Add(time.Hour+time.Second)) {
+		t.Fatalf("renew: %v %v", dl, err)
+	}
+	long, err := tn.root.Claim(bg, ClaimRequest{Template: "img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Until(long.Deadline); d < 58*time.Second || d > time.Minute {
+		t.Fatalf("default lease: %v", d)
+	}
+	waitFor(t, func() bool { _, err := tn.root.Get(bg, short.ID); return StatusOf(err) == 404 })
+	if _, err := tn.root.Get(bg, renewed.ID); err != nil {
+		t.Fatalf("renewed sandbox was reaped: %v", err)
+	}
+	if _, err := tn.root.Renew(bg, short.ID, 5); StatusOf(err) != 404 {
+		t.Fatalf("renew of a reaped sandbox: %v", err)
+	}
+	if _, err := tn.root.Renew(bg, renewed.ID, -1); StatusOf(err) != 400 {
+		t.Fatalf("negative renew: %v", err)
+	}
+}
+
+func TestPublisher_IntervalAndDebounce(t *testing.T) {
+	drv := newFakeDriver()
+	var (
+		mu    sync.Mutex
+		seen  []*inventory.NodeInventory
+		fails atomic.Int32
+	)
+	fails.Store(1)
+	pub := inventory.PublisherFunc(func(ctx context.Context, inv *inventory.NodeInventory) error {
+		if fails.Add(-1) >= 0 {
+			return errors.New("apiserver away")
+		}
+		mu.Lock()
+		seen = append(seen, inv)
+		mu.Unlock()
+		return nil
+	})
+	tn := startNode(t, drv, func(c *Config) {
+		c.Publisher = pub
+		c.InventoryInterval = 300 * time.Millisecond
+		c.InventoryDebounce = 20 * time.Millisecond
+		c.AdvertiseAddress = "127.0.0.1:7070"
+	})
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
+	waitFor(t, func() bool { return count() >= 1 }) // the failed first publish is retried by the tick
+	if _, err := tn.root.PutPools(bg, pools("img", 1)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 1)
+	time.Sleep(50 * time.Millisecond)
+	c0 := count()
+	res, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) <= c0 {
+			return false
+		}
+		last := seen[len(seen)-1]
+		return len(last.Entries) == 1 && last.Entries[0].ID == res.ID
+	})
+	mu.Lock()
+	last := seen[len(seen)-1]
+	mu.Unlock()
+	if last.Name != "n1" || last.Node != "n1" || last.Address != "127.0.0.1:7070" || last.Entries[0].Name != "ns/x" || last.Entries[0].Phase != "Running" {
+		t.Fatalf("published %+v", last)
+	}
+}
+
+func TestClose_DestroysWarmStopsClaimedAnd503(t *testing.T) {
+	drv := newFakeDriver()
+	tn := startNode(t, drv, nil)
+	if _, err := tn.root.PutPools(bg, pools("img", 2)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 2)
+	drv.gated.Store(true)
+	defer close(drv.release)
+	if _, err := tn.root.Claim(bg, ClaimRequest{Template: "img"}); err != nil {
+		t.Fatal(err)
+	}
+	tn.cancel()
+	<-tn.done
+	if err := tn.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	if drv.count() != 1 {
+		t.Fatalf("after Close the driver holds %d VMs, want the claimed one", drv.count())
+	}
+	if _, err := tn.root.Info(bg); StatusOf(err) != 503 {
+		t.Fatalf("info after Close: %v", err)
+	}
+}
+
+// A node that dies without Close leaves its claimed sandboxes, deadlines and
+// checkpoints to the next node on the same data dir, which destroys the
+// warm VMs nobody owns.
+func TestRestart_FakeDriver(t *testing.T) {
+	drv := newFakeDriver()
+	dir := t.TempDir()
+	cfg := Config{Name: "n1", DataDir: dir, Driver: drv, RootToken: testRoot, ReapInterval: 50 * time.Millisecond, RefillInterval: 50 * time.Millisecond}
+	a := runNode(t, cfg)
+	if _, err := a.root.PutPools(bg, pools("img", 3)); err != nil {
+		t.Fatal(err)
+	}
+	a.waitWarm(t, "img", 3)
+	c1, _ := a.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/one", TTLSeconds: 600, Metadata: map[string]string{"k": "v"}})
+	c2, _ := a.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/two"})
+	if err := a.root.Hibernate(bg, c2.ID); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := a.root.Checkpoint(bg, c1.ID, "snap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.waitWarm(t, "img", 3)
+	a.crash()
+
+	b := runNode(t, cfg)
+	got, err := b.root.Get(bg, c1.ID)
+	if err != nil || !got.Deadline.Equal(c1.Deadline) || got.Metadata["k"] != "v" || got.ClaimRef != "ns/one" {
+		t.Fatalf("c1 after restart: %+v %v", got, err)
+	}
+	if got, err := b.root.Get(bg, c2.ID); err != nil || !got.Hibernated {
+		t.Fatalf("c2 after restart: %+v %v", got, err)
+	}
+	if cks, err := b.root.Checkpoints(bg); err != nil || len(cks) != 1 || cks[0].ID != ck.ID {
+		t.Fatalf("checkpoints after restart: %+v %v", cks, err)
+	}
+	if br, err := b.root.Branch(bg, ck.ID, 0); err != nil {
+		t.Fatalf("branch after restart: %+v %v", br, err)
+	}
+	// The pool target survived; the old warm VMs were destroyed and refilled.
+	b.waitWarm(t, "img", 3)
+	b.mu.Lock()
+	owned := b.tab.vmIDs()
+	for _, p := range b.tab.pools {
+		for _, h := range p.warm {
+			owned[h.ID] = true
+		}
+	}
+	b.mu.Unlock()
+	live, _ := drv.List(bg)
+	for _, h := range live {
+		if !owned[h.ID] {
+			t.Errorf("orphan VM %s survived the restart", h.ID)
+		}
+	}
+}
+
+func TestNew_RefusesASharedDataDir(t *testing.T) {
+	drv := newFakeDriver()
+	tn := startNode(t, drv, nil)
+	_, err := New(Config{Name: "n2", DataDir: tn.dirs.data, Driver: drv})
+	if err == nil || !errors.Is(err, errStoreLocked) {
+		t.Fatalf("second node on one data dir: %v", err)
+	}
+}

@@ -1,0 +1,220 @@
+package node
+
+import (
+	"crypto/sha256"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hearthvm/hearth/pool"
+	"github.com/hearthvm/hearth/vmm"
+)
+
+// record is one claimed sandbox as the node persists it.
+type record struct {
+	ID         string            `json:"id"`
+	Key        pool.Key          `json:"key"`
+	Handle     vmm.Handle        `json:"handle"`
+	ClaimRef   string            `json:"claim_ref,omitempty"`
+	Deadline   time.Time         `json:"deadline"`
+	ClaimedAt  time.Time         `json:"claimed_at"`
+	Hibernated bool              `json:"hibernated,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	// Checkpoint is the checkpoint a branch was cloned from.
+	Checkpoint string `json:"checkpoint,omitempty"`
+}
+
+// sandbox is a claimed VM in the table. mu serializes the lifecycle verbs
+// on it (and is held while its record is first persisted); rec is written
+// only while holding both mu and the table's lock, so readers may use either.
+type sandbox struct {
+	mu   sync.Mutex
+	gone bool // removed from the table; set under mu
+	rec  record
+}
+
+// poolState is one warm pool.
+type poolState struct {
+	key     pool.Key
+	target  int32
+	warm    []vmm.Handle // a stack: claims pop the newest
+	booting int32
+	// golden is the checkpoint directory warm VMs are cloned from; empty
+	// until the first boot of the pool has made it.
+	golden   string
+	failures int
+	retryAt  time.Time
+}
+
+// ckRecord is a checkpoint as the node persists it.
+type ckRecord struct {
+	Checkpoint Checkpoint `json:"checkpoint"`
+	Dir        string     `json:"dir"`
+}
+
+// checkpoint is a checkpoint in the table; mu is held for reading while it
+// is cloned and for writing while it is deleted.
+type checkpoint struct {
+	mu   sync.RWMutex
+	gone bool
+	rec  ckRecord
+}
+
+type tokenHash [sha256.Size]byte
+
+func hashToken(t string) tokenHash { return sha256.Sum256([]byte(t)) }
+
+// table is the node's in-memory state: warm pools, the claim table and its
+// indexes, and the checkpoints. It does no I/O and no locking; the Node
+// guards it with one mutex. Every operation the claim path uses is O(1).
+type table struct {
+	pools       map[pool.Key]*poolState
+	byID        map[string]*sandbox
+	byRef       map[string]map[string]*sandbox
+	byToken     map[tokenHash]string
+	checkpoints map[string]*checkpoint
+}
+
+func newTable() *table {
+	return &table{
+		pools:       map[pool.Key]*poolState{},
+		byID:        map[string]*sandbox{},
+		byRef:       map[string]map[string]*sandbox{},
+		byToken:     map[tokenHash]string{},
+		checkpoints: map[string]*checkpoint{},
+	}
+}
+
+// pool returns the pool for k, creating it when create is set.
+func (t *table) pool(k pool.Key, create bool) *poolState {
+	p := t.pools[k]
+	if p == nil && create {
+		p = &poolState{key: k}
+		t.pools[k] = p
+	}
+	return p
+}
+
+// take pops a warm VM of pool k.
+func (t *table) take(k pool.Key) (vmm.Handle, bool) {
+	p := t.pools[k]
+	if p == nil || len(p.warm) == 0 {
+		return vmm.Handle{}, false
+	}
+	h := p.warm[len(p.warm)-1]
+	p.warm[len(p.warm)-1] = vmm.Handle{}
+	p.warm = p.warm[:len(p.warm)-1]
+	return h, true
+}
+
+// insert adds sb to the claim table and its indexes.
+func (t *table) insert(sb *sandbox) {
+	t.byID[sb.rec.ID] = sb
+	if ref := sb.rec.ClaimRef; ref != "" {
+		m := t.byRef[ref]
+		if m == nil {
+			m = map[string]*sandbox{}
+			t.byRef[ref] = m
+		}
+		m[sb.rec.ID] = sb
+	}
+	if sb.rec.Handle.Token != "" {
+		t.byToken[hashToken(sb.rec.Handle.Token)] = sb.rec.ID
+	}
+}
+
+// remove deletes id from the claim table and returns it (nil if absent).
+func (t *table) remove(id string) *sandbox {
+	sb := t.byID[id]
+	if sb == nil {
+		return nil
+	}
+	delete(t.byID, id)
+	if ref := sb.rec.ClaimRef; ref != "" {
+		if m := t.byRef[ref]; m != nil {
+			delete(m, id)
+			if len(m) == 0 {
+				delete(t.byRef, ref)
+			}
+		}
+	}
+	if tok := sb.rec.Handle.Token; tok != "" {
+		h := hashToken(tok)
+		if t.byToken[h] == id {
+			delete(t.byToken, h)
+		}
+	}
+	return sb
+}
+
+// ref returns the sandboxes recorded under ref, oldest claim first.
+func (t *table) ref(ref string) []*sandbox {
+	m := t.byRef[ref]
+	out := make([]*sandbox, 0, len(m))
+	for _, sb := range m {
+		out = append(out, sb)
+	}
+	sortSandboxes(out)
+	return out
+}
+
+// all returns every claimed sandbox, oldest claim first.
+func (t *table) all() []*sandbox {
+	out := make([]*sandbox, 0, len(t.byID))
+	for _, sb := range t.byID {
+		out = append(out, sb)
+	}
+	sortSandboxes(out)
+	return out
+}
+
+func sortSandboxes(s []*sandbox) {
+	sort.Slice(s, func(i, j int) bool {
+		a, b := s[i].rec, s[j].rec
+		if !a.ClaimedAt.Equal(b.ClaimedAt) {
+			return a.ClaimedAt.Before(b.ClaimedAt)
+		}
+		return a.ID < b.ID
+	})
+}
+
+// expired returns the ids whose deadline is at or before now.
+func (t *table) expired(now time.Time) []string {
+	var out []string
+	for id, sb := range t.byID {
+		if !sb.rec.Deadline.After(now) {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// vmIDs returns the VM ids of every claimed sandbox.
+func (t *table) vmIDs() map[string]bool {
+	out := make(map[string]bool, len(t.byID))
+	for _, sb := range t.byID {
+		out[sb.rec.Handle.ID] = true
+	}
+	return out
+}
+
+func keyLess(a, b pool.Key) bool {
+	if a.Template != b.Template {
+		return a.Template < b.Template
+	}
+	if a.Net != b.Net {
+		return a.Net < b.Net
+	}
+	return a.Size < b.Size
+}
+
+// sortedPools returns the pools ordered by key.
+func (t *table) sortedPools() []*poolState {
+	out := make([]*poolState, 0, len(t.pools))
+	for _, p := range t.pools {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return keyLess(out[i].key, out[j].key) })
+	return out
+}

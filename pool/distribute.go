@@ -1,0 +1,185 @@
+package pool
+
+import (
+	"errors"
+	"sort"
+)
+
+// This file is the pure core of the warm-pool driver (CONTRACT §6): from the
+// SandboxWarmPools, what their templates resolve to and the schedulable
+// nodes, it decides every node's whole set of warm targets and what each
+// pool's status should say. No I/O, no clock; the loop in pool/driver does
+// the reads and the PUTs.
+
+// Distribute spreads replicas over nodes: the nodes are taken in name order,
+// each gets replicas/len(nodes) and the first replicas%len(nodes) get one
+// more. The sum is exactly max(replicas, 0) and the spread is at most 1.
+// With no nodes there are no targets (nil).
+func Distribute(replicas int32, nodes []string) map[string]int32 {
+	if len(nodes) == 0 {
+		return nil
+	}
+	sorted := append([]string(nil), nodes...)
+	sort.Strings(sorted)
+	total := max(replicas, 0)
+	n := int32(len(sorted))
+	base, rem := total/n, total%n
+	out := make(map[string]int32, len(sorted))
+	for i, name := range sorted {
+		w := base
+		if int32(i) < rem {
+			w++
+		}
+		out[name] += w
+	}
+	return out
+}
+
+// Ref names a namespaced object (a SandboxWarmPool or a SandboxTemplate).
+type Ref struct {
+	Namespace string
+	Name      string
+}
+
+func (r Ref) String() string { return r.Namespace + "/" + r.Name }
+
+// WarmPool is what the driver reads from one SandboxWarmPool.
+type WarmPool struct {
+	Ref Ref
+	// Replicas is spec.replicas (nil already defaulted to 1 by the caller).
+	Replicas int32
+	// Template is spec.sandboxTemplateRef.name, in the pool's namespace.
+	Template string
+}
+
+// ErrTemplateNotFound marks a template read that proved the template does
+// not exist. Such a pool provisions nothing: its key is drained and its
+// status reports 0.
+var ErrTemplateNotFound = errors.New("sandbox template not found")
+
+// TemplateRead is the outcome of reading one SandboxTemplate: its key, or an
+// error. An error wrapping ErrTemplateNotFound or ErrInvalidKey is
+// definitive (the pool is drained); any other error is transient and the
+// pool keeps the key it last resolved to.
+type TemplateRead struct {
+	Key Key
+	Err error
+}
+
+// Target is one warm target on one node.
+type Target struct {
+	Key  Key
+	Warm int32
+}
+
+// Plan is the driver's decision for one tick.
+type Plan struct {
+	// Keys holds the key each provisioning pool resolved to (or kept from
+	// the last tick after a transient error). A pool absent here provisions
+	// nothing and reports 0.
+	Keys map[Ref]Key
+	// Targets is every node's whole target set, sorted by key, with warm 0
+	// entries kept; keys shared by several pools are summed into one entry.
+	Targets map[string][]Target
+	// Problems explains, per pool, why it is absent from Keys or runs on a
+	// last known key.
+	Problems map[Ref]error
+}
+
+// IsDefinitive reports whether a template read error is final (the template
+// is gone or does not derive a key) rather than transient.
+func IsDefinitive(err error) bool {
+	return errors.Is(err, ErrTemplateNotFound) || errors.Is(err, ErrInvalidKey)
+}
+
+// MakePlan resolves every pool to a key and spreads its replicas over nodes.
+//
+//   - templates maps a template Ref to its read; a template missing from the
+//     map counts as not found.
+//   - last holds the keys of the previous plan: a pool whose template read
+//     failed transiently keeps its last key and targets (it is not drained).
+//   - A pool with an empty template name, a missing template or a template
+//     that derives no key is left out: its key drains on every node unless
+//     another pool provisions it.
+func MakePlan(pools []WarmPool, templates map[Ref]TemplateRead, last map[Ref]Key, nodes []string) Plan {
+	p := Plan{Keys: map[Ref]Key{}, Targets: map[string][]Target{}, Problems: map[Ref]error{}}
+	sum := map[string]map[Key]int32{}
+	for _, n := range nodes {
+		sum[n] = map[Key]int32{}
+	}
+	for _, wp := range pools {
+		key, err := resolve(wp, templates, last)
+		if err != nil {
+			p.Problems[wp.Ref] = err
+		}
+		if key == nil {
+			continue
+		}
+		p.Keys[wp.Ref] = *key
+		for n, w := range Distribute(wp.Replicas, nodes) {
+			sum[n][*key] += w
+		}
+	}
+	for n, byKey := range sum {
+		ts := make([]Target, 0, len(byKey))
+		for k, w := range byKey {
+			ts = append(ts, Target{Key: k, Warm: w})
+		}
+		sort.Slice(ts, func(i, j int) bool { return keyLess(ts[i].Key, ts[j].Key) })
+		p.Targets[n] = ts
+	}
+	return p
+}
+
+// resolve returns the pool's key (nil when it provisions nothing) and the
+// problem, if any.
+func resolve(wp WarmPool, templates map[Ref]TemplateRead, last map[Ref]Key) (*Key, error) {
+	if wp.Template == "" {
+		return nil, errors.New("spec.sandboxTemplateRef.name is required")
+	}
+	tr, ok := templates[Ref{Namespace: wp.Ref.Namespace, Name: wp.Template}]
+	if !ok {
+		return nil, ErrTemplateNotFound
+	}
+	if tr.Err == nil {
+		k := tr.Key
+		return &k, nil
+	}
+	if IsDefinitive(tr.Err) {
+		return nil, tr.Err
+	}
+	if k, ok := last[wp.Ref]; ok {
+		return &k, tr.Err
+	}
+	return nil, tr.Err
+}
+
+func keyLess(a, b Key) bool {
+	if a.Template != b.Template {
+		return a.Template < b.Template
+	}
+	if a.Net != b.Net {
+		return a.Net < b.Net
+	}
+	return a.Size < b.Size
+}
+
+// Observed sums, per pool, the warm microVMs the nodes hold for its key
+// (exact key match). warm maps node → key → warm count. Pools sharing a key
+// each report the shared total. A pool absent from keys reports 0.
+func Observed(pools []WarmPool, keys map[Ref]Key, warm map[string]map[Key]int32) map[Ref]int32 {
+	out := make(map[Ref]int32, len(pools))
+	for _, wp := range pools {
+		k, ok := keys[wp.Ref]
+		if !ok {
+			out[wp.Ref] = 0
+			continue
+		}
+		var total int32
+		for _, byKey := range warm {
+			total += byKey[k]
+		}
+		out[wp.Ref] = total
+	}
+	return out
+}

@@ -1,0 +1,178 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDistribute(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replicas int32
+		nodes    []string
+		want     map[string]int32
+	}{
+		{"no nodes", 5, nil, nil},
+		{"zero", 0, []string{"b", "a"}, map[string]int32{"a": 0, "b": 0}},
+		{"negative is zero", -3, []string{"a"}, map[string]int32{"a": 0}},
+		{"even", 4, []string{"a", "b"}, map[string]int32{"a": 2, "b": 2}},
+		{"remainder goes to first names", 5, []string{"c", "a", "b"}, map[string]int32{"a": 2, "b": 2, "c": 1}},
+		{"fewer than nodes", 1, []string{"n2", "n1"}, map[string]int32{"n1": 1, "n2": 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, Distribute(tc.replicas, tc.nodes)); d != "" {
+				t.Fatalf("-want +got:\n%s", d)
+			}
+		})
+	}
+}
+
+func TestDistribute_SumExactSpreadAtMostOne(t *testing.T) {
+	var nodes []string
+	for i := range 26 {
+		nodes = append(nodes, fmt.Sprintf("node-%02d", i))
+	}
+	for _, r := range []int32{0, 1, 25, 26, 27, 100, 1000} {
+		got := Distribute(r, nodes)
+		var sum, lo, hi int32 = 0, 1 << 30, -1
+		for _, w := range got {
+			sum += w
+			lo, hi = min(lo, w), max(hi, w)
+		}
+		if sum != r || hi-lo > 1 {
+			t.Fatalf("replicas %d: sum %d spread %d", r, sum, hi-lo)
+		}
+	}
+}
+
+func TestMakePlan(t *testing.T) {
+	kA := Key{Template: "img-a", Net: "none", Size: "small"}
+	kB := Key{Template: "img-b", Net: "egress", Size: "medium"}
+	p1 := Ref{"ns", "p1"}
+	p2 := Ref{"ns", "p2"}
+	tA := Ref{"ns", "ta"}
+	tB := Ref{"ns", "tb"}
+	nodes := []string{"n1", "n2"}
+	transient := errors.New("etcd timeout")
+
+	for _, tc := range []struct {
+		name      string
+		pools     []WarmPool
+		templates map[Ref]TemplateRead
+		last      map[Ref]Key
+		wantKeys  map[Ref]Key
+		want      map[string][]Target
+		problems  []Ref
+	}{
+		{
+			name:      "one pool spread",
+			pools:     []WarmPool{{p1, 3, "ta"}},
+			templates: map[Ref]TemplateRead{tA: {Key: kA}},
+			wantKeys:  map[Ref]Key{p1: kA},
+			want:      map[string][]Target{"n1": {{kA, 2}}, "n2": {{kA, 1}}},
+		},
+		{
+			name:      "shared key sums into one entry",
+			pools:     []WarmPool{{p1, 3, "ta"}, {p2, 3, "ta"}},
+			templates: map[Ref]TemplateRead{tA: {Key: kA}},
+			wantKeys:  map[Ref]Key{p1: kA, p2: kA},
+			want:      map[string][]Target{"n1": {{kA, 4}}, "n2": {{kA, 2}}},
+		},
+		{
+			name:      "zero replicas keep warm 0 entries, sorted by key",
+			pools:     []WarmPool{{p2, 0, "tb"}, {p1, 1, "ta"}},
+			templates: map[Ref]TemplateRead{tA: {Key: kA}, tB: {Key: kB}},
+			wantKeys:  map[Ref]Key{p1: kA, p2: kB},
+			want:      map[string][]Target{"n1": {{kA, 1}, {kB, 0}}, "n2": {{kA, 0}, {kB, 0}}},
+		},
+		{
+			name:      "transient template error keeps the last key",
+			pools:     []WarmPool{{p1, 2, "ta"}},
+			templates: map[Ref]TemplateRead{tA: {Err: transient}},
+			last:      map[Ref]Key{p1: kA},
+			wantKeys:  map[Ref]Key{p1: kA},
+			want:      map[string][]Target{"n1": {{kA, 1}}, "n2": {{kA, 1}}},
+			problems:  []Ref{p1},
+		},
+		{
+			name:      "transient error without a last key provisions nothing",
+			pools:     []WarmPool{{p1, 2, "ta"}},
+			templates: map[Ref]TemplateRead{tA: {Err: transient}},
+			wantKeys:  map[Ref]Key{},
+			want:      map[string][]Target{"n1": {}, "n2": {}},
+			problems:  []Ref{p1},
+		},
+		{
+			name:      "template not found drains even with a last key",
+			pools:     []WarmPool{{p1, 2, "ta"}},
+			templates: map[Ref]TemplateRead{},
+			last:      map[Ref]Key{p1: kA},
+			wantKeys:  map[Ref]Key{},
+			want:      map[string][]Target{"n1": {}, "n2": {}},
+			problems:  []Ref{p1},
+		},
+		{
+			name:      "invalid template key drains",
+			pools:     []WarmPool{{p1, 2, "ta"}},
+			templates: map[Ref]TemplateRead{tA: {Err: fmt.Errorf("%w: bad net", ErrInvalidKey)}},
+			last:      map[Ref]Key{p1: kA},
+			wantKeys:  map[Ref]Key{},
+			want:      map[string][]Target{"n1": {}, "n2": {}},
+			problems:  []Ref{p1},
+		},
+		{
+			name:      "empty template name",
+			pools:     []WarmPool{{p1, 2, ""}},
+			templates: map[Ref]TemplateRead{tA: {Key: kA}},
+			wantKeys:  map[Ref]Key{},
+			want:      map[string][]Target{"n1": {}, "n2": {}},
+			problems:  []Ref{p1},
+		},
+		{
+			name:      "template looked up in the pool's namespace",
+			pools:     []WarmPool{{Ref{"other", "p"}, 2, "ta"}},
+			templates: map[Ref]TemplateRead{tA: {Key: kA}},
+			wantKeys:  map[Ref]Key{},
+			want:      map[string][]Target{"n1": {}, "n2": {}},
+			problems:  []Ref{{"other", "p"}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := MakePlan(tc.pools, tc.templates, tc.last, nodes)
+			if d := cmp.Diff(tc.wantKeys, p.Keys); d != "" {
+				t.Errorf("keys -want +got:\n%s", d)
+			}
+			if d := cmp.Diff(tc.want, p.Targets); d != "" {
+				t.Errorf("targets -want +got:\n%s", d)
+			}
+			var got []Ref
+			for _, wp := range tc.pools {
+				if p.Problems[wp.Ref] != nil {
+					got = append(got, wp.Ref)
+				}
+			}
+			if d := cmp.Diff(tc.problems, got); d != "" {
+				t.Errorf("problems -want +got:\n%s", d)
+			}
+		})
+	}
+}
+
+func TestObserved(t *testing.T) {
+	kA := Key{Template: "a", Net: "none", Size: "small"}
+	kB := Key{Template: "b", Net: "none", Size: "small"}
+	p1, p2, p3 := Ref{"ns", "p1"}, Ref{"ns", "p2"}, Ref{"ns", "p3"}
+	pools := []WarmPool{{Ref: p1}, {Ref: p2}, {Ref: p3}}
+	warm := map[string]map[Key]int32{
+		"n1": {kA: 7, kB: 1},
+		"n2": {kA: 7},
+	}
+	got := Observed(pools, map[Ref]Key{p1: kA, p2: kB}, warm)
+	want := map[Ref]int32{p1: 14, p2: 1, p3: 0}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("-want +got:\n%s", d)
+	}
+}

@@ -1,0 +1,436 @@
+// Package driver is the warm-pool driver (CONTRACT §6): it turns
+// SandboxWarmPool objects and the SandboxTemplates they name into each
+// node's warm targets (PUT /v1/pools, the whole set) and writes the warm
+// microVMs the fleet actually holds back into each pool's status. It never
+// creates per-sandbox objects.
+//
+// Decisions are the pure pool.MakePlan; this package only reads (LISTs
+// through the API), PUTs and writes status. The same code runs in the
+// embedded default and behind a kube-apiserver. Only one driver drives at a
+// time: a coordination.k8s.io/v1 Lease elects the leader (the embedded
+// default serves leases too).
+//
+// Failure semantics:
+//   - a failed pool or inventory LIST skips the tick: no PUT, nothing drains;
+//   - a failed template LIST is transient: every pool keeps the key and
+//     targets of the last tick;
+//   - a template that does not exist (or derives no valid key) drains its
+//     key (unless another pool provisions it) and its pool reports 0;
+//   - each PUT has a 10 s deadline and runs concurrently: one slow or
+//     failing node does not stall the others; its counts come from its
+//     inventory instead;
+//   - without a root token no PUT is sent (fail closed); status is still
+//     written.
+package driver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+
+	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/pool"
+)
+
+// Resources the driver reads and writes.
+var (
+	WarmPools = extv1beta1.GroupVersion.WithResource("sandboxwarmpools")
+	Templates = extv1beta1.GroupVersion.WithResource("sandboxtemplates")
+)
+
+// SelectorLabel is the label key of status.selector: "<key>=<pool name>".
+const SelectorLabel = "agents.x-k8s.io/warm-pool"
+
+// PutTimeout bounds each PUT /v1/pools.
+const PutTimeout = 10 * time.Second
+
+// Config configures a Driver.
+type Config struct {
+	// REST reaches the API that stores the pools, templates, inventories
+	// and the Lease.
+	REST *rest.Config
+	// Token is the node root token sent with every PUT; empty sends none.
+	Token string
+	// Interval is the sync and status sampling period (default 5s).
+	Interval time.Duration
+	// Elect enables leader election (default off: the caller decides; the
+	// embedded default and the apiserver both turn it on).
+	Elect bool
+	// LeaseNamespace/LeaseName name the Lease (default
+	// "sandbox-system"/"hearth-warmpool-driver").
+	LeaseNamespace, LeaseName string
+	// Identity is this candidate's name (default hostname + random suffix).
+	Identity string
+	// HTTP is the client for node calls (default node.DefaultHTTPClient).
+	HTTP *http.Client
+}
+
+// Driver runs the warm-pool loop.
+type Driver struct {
+	cfg  Config
+	dyn  dynamic.Interface
+	kick chan struct{}
+
+	mu       sync.Mutex
+	last     map[pool.Ref]pool.Key
+	sent     map[string]sentTargets // node → last successful PUT
+	lastTick Tick
+}
+
+type sentTargets struct {
+	addr    string
+	targets []pool.Target
+	at      time.Time
+}
+
+// New validates cfg and builds a Driver.
+func New(cfg Config) (*Driver, error) {
+	if cfg.REST == nil {
+		return nil, fmt.Errorf("driver: REST config is required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	if cfg.LeaseNamespace == "" {
+		cfg.LeaseNamespace = "sandbox-system"
+	}
+	if cfg.LeaseName == "" {
+		cfg.LeaseName = "hearth-warmpool-driver"
+	}
+	if cfg.Identity == "" {
+		h, _ := os.Hostname()
+		cfg.Identity = h + "-" + rand.String(6)
+	}
+	dyn, err := dynamic.NewForConfig(cfg.REST)
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{cfg: cfg, dyn: dyn, kick: make(chan struct{}, 1),
+		last: map[pool.Ref]pool.Key{}, sent: map[string]sentTargets{}}, nil
+}
+
+// Run drives until ctx ends, electing a leader first when cfg.Elect.
+func (d *Driver) Run(ctx context.Context) error {
+	if !d.cfg.Elect {
+		return d.loop(ctx)
+	}
+	cs, err := kubernetes.NewForConfig(d.cfg.REST)
+	if err != nil {
+		return err
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: d.cfg.LeaseNamespace, Name: d.cfg.LeaseName},
+		Client:     cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: d.cfg.Identity},
+	}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   15 * time.Second,
+			RenewDeadline:   10 * time.Second,
+			RetryPeriod:     2 * time.Second,
+			ReleaseOnCancel: true,
+			Name:            d.cfg.LeaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					klog.InfoS("warm-pool driver leading", "identity", d.cfg.Identity)
+					if err := d.loop(ctx); err != nil && ctx.Err() == nil {
+						klog.ErrorS(err, "warm-pool driver loop")
+					}
+				},
+				OnStoppedLeading: func() { klog.InfoS("warm-pool driver stopped leading", "identity", d.cfg.Identity) },
+			},
+		})
+		if err != nil {
+			return err
+		}
+		le.Run(ctx) // returns when leadership is lost or ctx ends
+	}
+	return nil
+}
+
+// Kick asks for a tick as soon as possible.
+func (d *Driver) Kick() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Driver) loop(ctx context.Context) error {
+	// Watches only trigger ticks; every tick LISTs (a tick must see a
+	// template read error, not a stale cache).
+	f := dynamicinformer.NewDynamicSharedInformerFactory(d.dyn, 0)
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { d.Kick() },
+		UpdateFunc: func(o, n any) { d.kickOnChange(o, n) },
+		DeleteFunc: func(any) { d.Kick() },
+	}
+	for _, gvr := range []schema.GroupVersionResource{WarmPools, Templates, inventory.GroupVersionResource} {
+		if _, err := f.ForResource(gvr).Informer().AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+
+	t := time.NewTicker(d.cfg.Interval)
+	defer t.Stop()
+	const minGap = 200 * time.Millisecond // coalesce bursts of events
+	for {
+		if _, err := d.Tick(ctx); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "warm-pool tick")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-d.kick:
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(minGap):
+			}
+		}
+	}
+}
+
+// kickOnChange ignores the driver's own status writes (generation unchanged
+// on a pool) but reacts to every other change.
+func (d *Driver) kickOnChange(o, n any) {
+	ou, ok1 := o.(*unstructured.Unstructured)
+	nu, ok2 := n.(*unstructured.Unstructured)
+	if ok1 && ok2 && nu.GetKind() == "SandboxWarmPool" && ou.GetGeneration() == nu.GetGeneration() {
+		return
+	}
+	if ok1 && ok2 && ou.GetResourceVersion() == nu.GetResourceVersion() {
+		return // resync
+	}
+	d.Kick()
+}
+
+// Tick is what one pass decided and observed (for tests and logs).
+type Tick struct {
+	Plan pool.Plan
+	// Nodes are the schedulable nodes, by name.
+	Nodes []string
+	// Observed is each pool's warm total written to status.
+	Observed map[pool.Ref]int32
+	// PutErrors holds the nodes whose PUT failed.
+	PutErrors map[string]error
+}
+
+type schedNode struct {
+	name, addr string
+	warm       map[pool.Key]int32
+}
+
+// Tick runs one pass: read, plan, PUT, status.
+func (d *Driver) Tick(ctx context.Context) (Tick, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	pools, err := d.listPools(ctx)
+	if err != nil {
+		return Tick{}, fmt.Errorf("list sandboxwarmpools: %w", err)
+	}
+	nodes, err := d.listNodes(ctx)
+	if err != nil {
+		return Tick{}, fmt.Errorf("list nodeinventories: %w", err)
+	}
+	templates := d.readTemplates(ctx, pools)
+
+	names := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		names = append(names, n.name)
+	}
+	wps := make([]pool.WarmPool, 0, len(pools))
+	for _, p := range pools {
+		wps = append(wps, p.wp)
+	}
+	plan := pool.MakePlan(wps, templates, d.last, names)
+	for ref, perr := range plan.Problems {
+		klog.V(2).InfoS("warm pool not fully resolved", "pool", ref, "err", perr)
+	}
+	d.last = plan.Keys
+
+	putErrs := d.apply(ctx, nodes, plan)
+	warm := map[string]map[pool.Key]int32{}
+	for _, n := range nodes {
+		warm[n.name] = n.warm
+	}
+	observed := pool.Observed(wps, plan.Keys, warm)
+	for _, p := range pools {
+		d.writeStatus(ctx, p, observed[p.wp.Ref])
+	}
+	d.lastTick = Tick{Plan: plan, Nodes: names, Observed: observed, PutErrors: putErrs}
+	return d.lastTick, nil
+}
+
+type listedPool struct {
+	wp     pool.WarmPool
+	status extv1beta1.SandboxWarmPoolStatus
+}
+
+func (d *Driver) listPools(ctx context.Context) ([]listedPool, error) {
+	l, err := d.dyn.Resource(WarmPools).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]listedPool, 0, len(l.Items))
+	for i := range l.Items {
+		var wp extv1beta1.SandboxWarmPool
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(l.Items[i].Object, &wp); err != nil {
+			klog.ErrorS(err, "decode sandboxwarmpool", "name", l.Items[i].GetName())
+			continue
+		}
+		replicas := int32(1)
+		if wp.Spec.Replicas != nil {
+			replicas = *wp.Spec.Replicas
+		}
+		out = append(out, listedPool{
+			wp:     pool.WarmPool{Ref: pool.Ref{Namespace: wp.Namespace, Name: wp.Name}, Replicas: replicas, Template: wp.Spec.TemplateRef.Name},
+			status: wp.Status,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].wp.Ref.String() < out[j].wp.Ref.String() })
+	return out, nil
+}
+
+func (d *Driver) readTemplates(ctx context.Context, pools []listedPool) map[pool.Ref]pool.TemplateRead {
+	out := map[pool.Ref]pool.TemplateRead{}
+	l, err := d.dyn.Resource(Templates).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		// Transient: every pool keeps its last key.
+		for _, p := range pools {
+			out[pool.Ref{Namespace: p.wp.Ref.Namespace, Name: p.wp.Template}] = pool.TemplateRead{Err: fmt.Errorf("list sandboxtemplates: %w", err)}
+		}
+		return out
+	}
+	for i := range l.Items {
+		var t extv1beta1.SandboxTemplate
+		ref := pool.Ref{Namespace: l.Items[i].GetNamespace(), Name: l.Items[i].GetName()}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(l.Items[i].Object, &t); err != nil {
+			out[ref] = pool.TemplateRead{Err: fmt.Errorf("%w: decode: %v", pool.ErrInvalidKey, err)}
+			continue
+		}
+		k, err := pool.KeyForTemplate(&t)
+		out[ref] = pool.TemplateRead{Key: k, Err: err}
+	}
+	return out
+}
+
+func (d *Driver) listNodes(ctx context.Context) ([]schedNode, error) {
+	l, err := d.dyn.Resource(inventory.GroupVersionResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []schedNode
+	for i := range l.Items {
+		var ni inventory.NodeInventory
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(l.Items[i].Object, &ni); err != nil {
+			klog.ErrorS(err, "decode nodeinventory", "name", l.Items[i].GetName())
+			continue
+		}
+		if ni.Address == "" {
+			continue
+		}
+		w := map[pool.Key]int32{}
+		for _, p := range ni.Pools {
+			w[pool.Key{Template: p.Template, Net: p.Net, Size: p.Size}] += p.Warm
+		}
+		out = append(out, schedNode{name: ni.Name, addr: ni.Address, warm: w})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, nil
+}
+
+// apply PUTs each node's targets when they changed or the last PUT is
+// older than the interval, concurrently, each under PutTimeout. A node
+// answering replaces its warm counts with the answer.
+func (d *Driver) apply(ctx context.Context, nodes []schedNode, plan pool.Plan) map[string]error {
+	errs := map[string]error{}
+	if d.cfg.Token == "" {
+		klog.V(1).InfoS("no node root token: warm targets not sent (fail closed)")
+		return errs
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	now := time.Now()
+	for i := range nodes {
+		n := &nodes[i]
+		targets := plan.Targets[n.name]
+		prev, ok := d.sent[n.name]
+		if ok && prev.addr == n.addr && reflect.DeepEqual(prev.targets, targets) && now.Sub(prev.at) < d.cfg.Interval {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			specs := make([]node.PoolSpec, 0, len(targets))
+			for _, t := range targets {
+				specs = append(specs, node.PoolSpec{Template: t.Key.Template, Net: t.Key.Net, Size: t.Key.Size, Warm: t.Warm})
+			}
+			cctx, cancel := context.WithTimeout(ctx, PutTimeout)
+			defer cancel()
+			c := &node.Client{Addr: n.addr, Token: d.cfg.Token, HTTP: d.cfg.HTTP}
+			info, err := c.PutPools(cctx, specs)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs[n.name] = err
+				delete(d.sent, n.name)
+				klog.ErrorS(err, "PUT /v1/pools", "node", n.name, "addr", n.addr)
+				return
+			}
+			d.sent[n.name] = sentTargets{addr: n.addr, targets: targets, at: now}
+			w := map[pool.Key]int32{}
+			for _, p := range info.Pools {
+				w[pool.Key{Template: p.Template, Net: p.Net, Size: p.Size}] += p.Warm
+			}
+			n.warm = w
+		}()
+	}
+	wg.Wait()
+	for name := range d.sent {
+		if _, ok := plan.Targets[name]; !ok {
+			delete(d.sent, name) // node gone
+		}
+	}
+	return errs
+}
+
+func (d *Driver) writeStatus(ctx context.Context, p listedPool, total int32) {
+	want := extv1beta1.SandboxWarmPoolStatus{Replicas: total, ReadyReplicas: total, Selector: SelectorLabel + "=" + p.wp.Ref.Name}
+	if p.status == want {
+		return
+	}
+	body := fmt.Sprintf(`{"status":{"replicas":%d,"readyReplicas":%d,"selector":%q}}`, want.Replicas, want.ReadyReplicas, want.Selector)
+	_, err := d.dyn.Resource(WarmPools).Namespace(p.wp.Ref.Namespace).Patch(ctx, p.wp.Ref.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: "hearth-warmpool-driver"}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		klog.ErrorS(err, "write sandboxwarmpool status", "pool", p.wp.Ref)
+	}
+}

@@ -1,0 +1,109 @@
+package uds
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Client speaks HTTP/1.1 JSON to a VMM's API socket.
+type Client struct {
+	// Path is the unix socket.
+	Path string
+	http *http.Client
+}
+
+// NewClient returns a client for the API socket at path.
+func NewClient(path string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	return &Client{Path: path, http: &http.Client{Transport: tr}}
+}
+
+// APIError is a non-2xx answer from a VMM.
+type APIError struct {
+	Method, Path string
+	Status       int
+	Body         string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s %s: HTTP %d: %s", e.Method, e.Path, e.Status, strings.TrimSpace(e.Body))
+}
+
+// Do sends method path with in (nil: no body) JSON-encoded and decodes a 200
+// body into out (when out is non-nil). Any non-2xx status is an *APIError.
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s %s: encode: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://localhost"+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: read: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return &APIError{Method: method, Path: path, Status: resp.StatusCode, Body: string(b)}
+	}
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("%s %s: decode: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// Close drops idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// Poll calls f until it returns nil or ctx ends, backing off from 2 ms to
+// 50 ms between tries. It returns f's last error wrapped with ctx's.
+func Poll(ctx context.Context, f func() error) error {
+	wait := 2 * time.Millisecond
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		if wait < 50*time.Millisecond {
+			wait *= 2
+		}
+	}
+}

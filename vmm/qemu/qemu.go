@@ -1,0 +1,1006 @@
+// Package qemu is the vmm.Driver backend that runs each microVM as a
+// qemu-system-x86_64 -M microvm process controlled over QMP.
+//
+// Contract:
+//   - One QEMU process per VM, in its own process group, with its run
+//     directory Root/<id> holding qmp.sock, qemu.pid, qemu.log, console.log
+//     and vm.json (the record a restarted node re-derives the Handle from).
+//   - The guest (kernel + initramfs, see hack/guest) runs the in-guest agent
+//     on port 49983; QEMU user-mode networking forwards a free host port on
+//     127.0.0.1 to it, so Handle.Addr is 127.0.0.1:<port>. The lane "none"
+//     runs slirp with restrict=on (no route out); "egress" without.
+//   - The accelerator is KVM only if a guest actually boots under it within
+//     Options.KVMProbeTimeout (on PVM hosts a stock kernel hangs); otherwise
+//     TCG. The decision is made once per Driver and reported by Accel.
+//   - Pause/Resume are QMP stop/cont (idempotent). Snapshot migrates the
+//     paused VM into a checkpoint directory (exec:cat; QEMU 7.2 has no file:
+//     URI) and restores its prior run state. A cold-booted VM's RAM is a
+//     shared file mapping, so its checkpoint is device state plus a sparse
+//     copy of that file, and clones map the copy privately: clean pages are
+//     shared between clones (copy-on-write). Other VMs (clones) checkpoint
+//     as one full migration stream.
+//   - Clone starts QEMU with -incoming from a checkpoint, then hands the
+//     guest agent the clone's own token through POST /hearth/identity
+//     (authenticated with the checkpoint's token), so the checkpoint's
+//     token stops working on the clone.
+//
+// The driver owns only processes and files under Root (and the checkpoint
+// directories callers name); it never decides which VM is warm or claimed.
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hearthvm/hearth/vmm"
+)
+
+// Backend is the driver's name.
+const Backend = "qemu"
+
+// Options configure a Driver.
+type Options struct {
+	// Root is the directory holding one run directory per VM.
+	Root string
+	// Binary is the QEMU executable; default qemu-system-x86_64.
+	Binary string
+	// Config maps templates and sizes to guests; default
+	// DefaultConfig(DefaultGuestDir()).
+	Config *Config
+	// Accel is "auto" (default: KVM if a guest boots under it, else TCG),
+	// "kvm" or "tcg".
+	Accel string
+	// KVMProbeTimeout bounds the first KVM boot in auto mode; default 20s.
+	KVMProbeTimeout time.Duration
+	// BootTimeout bounds a boot or clone until the agent answers; default
+	// 3m (TCG on a loaded two-core host is slow).
+	BootTimeout time.Duration
+	// Logf receives operational messages; default log.Printf.
+	Logf func(format string, args ...any)
+}
+
+// Driver is the QEMU backend. Methods are safe for concurrent use.
+type Driver struct {
+	o Options
+
+	accelMu sync.Mutex
+	accel   string // decided accelerator; "" until decided
+
+	locksMu sync.Mutex
+	locks   map[string]*sync.Mutex // per VM id
+
+	httpc *http.Client
+}
+
+var _ vmm.Driver = (*Driver)(nil)
+
+// New returns a Driver; it creates Root but starts nothing.
+func New(o Options) (*Driver, error) {
+	if o.Root == "" {
+		return nil, errors.New("qemu: Root is required")
+	}
+	if o.Binary == "" {
+		o.Binary = "qemu-system-x86_64"
+	}
+	if o.Config == nil {
+		dir := DefaultGuestDir()
+		if dir == "" {
+			return nil, errors.New("qemu: no guest found: run hack/setup.d/20-qemu-guest.sh or set HEARTH_QEMU_GUEST_DIR / a config")
+		}
+		c := DefaultConfig(dir)
+		o.Config = &c
+	}
+	switch o.Accel {
+	case "", "auto":
+		o.Accel = "auto"
+	case AccelKVM, AccelTCG:
+	default:
+		return nil, fmt.Errorf("qemu: accel %q: want auto, kvm or tcg", o.Accel)
+	}
+	if o.KVMProbeTimeout <= 0 {
+		o.KVMProbeTimeout = 20 * time.Second
+	}
+	if o.BootTimeout <= 0 {
+		o.BootTimeout = 3 * time.Minute
+	}
+	if o.Logf == nil {
+		o.Logf = log.Printf
+	}
+	if err := os.MkdirAll(o.Root, 0o755); err != nil {
+		return nil, err
+	}
+	root, err := filepath.Abs(o.Root)
+	if err != nil {
+		return nil, err
+	}
+	o.Root = root
+	d := &Driver{o: o, locks: map[string]*sync.Mutex{}, httpc: &http.Client{Timeout: 5 * time.Second}}
+	if o.Accel != "auto" {
+		d.accel = o.Accel
+	}
+	return d, nil
+}
+
+// Name implements vmm.Driver.
+func (d *Driver) Name() string { return Backend }
+
+// Accel is the accelerator in use: "kvm" or "tcg", or "auto" before the
+// first boot decided it.
+func (d *Driver) Accel() string {
+	d.accelMu.Lock()
+	defer d.accelMu.Unlock()
+	if d.accel == "" {
+		return "auto"
+	}
+	return d.accel
+}
+
+func (d *Driver) lock(id string) func() {
+	d.locksMu.Lock()
+	m, ok := d.locks[id]
+	if !ok {
+		m = &sync.Mutex{}
+		d.locks[id] = m
+	}
+	d.locksMu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// record is vm.json: everything needed to re-derive a Handle and to
+// checkpoint or restart the VM.
+type record struct {
+	Handle    vmm.Handle `json:"handle"`
+	Machine   Machine    `json:"machine"`
+	MemPath   string     `json:"mem_path,omitempty"`
+	MemShared bool       `json:"mem_shared,omitempty"`
+	Restrict  bool       `json:"restrict,omitempty"`
+	Spec      vmm.Spec   `json:"spec"`
+}
+
+// manifest is a checkpoint's snapshot.json.
+type manifest struct {
+	Backend string  `json:"backend"`
+	Machine Machine `json:"machine"`
+	// Memory is "file" (device state in state, RAM in mem) or "stream"
+	// (everything in state).
+	Memory string `json:"memory"`
+	// Token is the agent token inside the checkpointed guest.
+	Token    string    `json:"token"`
+	Spec     vmm.Spec  `json:"spec"`
+	Paused   bool      `json:"paused,omitempty"`
+	Created  time.Time `json:"created"`
+	MemBytes int64     `json:"mem_bytes,omitempty"`
+}
+
+func (d *Driver) vmDir(id string) string { return filepath.Join(d.o.Root, id) }
+
+func validID(id string) bool {
+	if id == "" || len(id) > 64 || id == "." || id == ".." {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *Driver) checkSpec(spec vmm.Spec) error {
+	if !validID(spec.ID) {
+		return fmt.Errorf("qemu: invalid vm id %q", spec.ID)
+	}
+	if !validToken(spec.Token) {
+		return fmt.Errorf("qemu: token must be printable ASCII without spaces or quotes")
+	}
+	if spec.Net != "" && spec.Net != "none" && spec.Net != "egress" {
+		return fmt.Errorf("qemu: unknown net %q", spec.Net)
+	}
+	return nil
+}
+
+// Boot implements vmm.Driver.
+func (d *Driver) Boot(ctx context.Context, spec vmm.Spec) (vmm.Handle, error) {
+	if err := d.checkSpec(spec); err != nil {
+		return vmm.Handle{}, err
+	}
+	g, sz, err := d.o.Config.Resolve(spec.Template, spec.Size)
+	if err != nil {
+		return vmm.Handle{}, err
+	}
+	defer d.lock(spec.ID)()
+	m := Machine{
+		VCPUs: sz.VCPUs, MemoryMiB: sz.MemoryMiB,
+		Kernel: g.Kernel, Initrd: g.Initrd,
+		Cmdline: GuestCmdline(g.Cmdline, spec.Token, "hearth-guest", spec.Env),
+	}
+	accel, probing := d.acquireAccel()
+	if !probing {
+		m.Accel = accel
+		return d.boot(ctx, spec, m, d.o.BootTimeout)
+	}
+	// First boot in auto mode: try KVM, verify the guest answers, else TCG.
+	defer d.accelMu.Unlock()
+	m.Accel = AccelKVM
+	h, err := d.boot(ctx, spec, m, d.o.KVMProbeTimeout)
+	if err == nil {
+		d.accel = AccelKVM
+		d.o.Logf("qemu: accelerator kvm (guest booted under KVM)")
+		return h, nil
+	}
+	if ctx.Err() != nil {
+		return vmm.Handle{}, err
+	}
+	d.o.Logf("qemu: accelerator tcg (KVM boot failed: %v)", err)
+	d.accel = AccelTCG
+	m.Accel = AccelTCG
+	return d.boot(ctx, spec, m, d.o.BootTimeout)
+}
+
+// acquireAccel returns the decided accelerator, or ("", true) with
+// accelMu held when the caller must probe (auto mode, first boot).
+func (d *Driver) acquireAccel() (string, bool) {
+	d.accelMu.Lock()
+	if d.accel != "" {
+		a := d.accel
+		d.accelMu.Unlock()
+		return a, false
+	}
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		d.accel = AccelTCG
+		d.accelMu.Unlock()
+		d.o.Logf("qemu: accelerator tcg (/dev/kvm: %v)", err)
+		return AccelTCG, false
+	}
+	return "", true
+}
+
+// boot cold-boots spec with machine m, leaving nothing behind on failure.
+func (d *Driver) boot(ctx context.Context, spec vmm.Spec, m Machine, timeout time.Duration) (vmm.Handle, error) {
+	dir := d.vmDir(spec.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return vmm.Handle{}, fmt.Errorf("qemu: vm %q already exists", spec.ID)
+		}
+		return vmm.Handle{}, err
+	}
+	rec := record{Spec: spec, MemPath: filepath.Join(dir, "mem"), MemShared: true, Restrict: spec.Net != "egress"}
+	rec.Handle = vmm.Handle{ID: spec.ID, Backend: Backend, Dir: dir, Token: spec.Token}
+	rec.Machine = m
+	h, err := d.launch(ctx, &rec, "", timeout)
+	if err != nil {
+		d.kill(rec.Handle.PID, dir)
+		_ = os.RemoveAll(dir)
+		return vmm.Handle{}, err
+	}
+	return h, nil
+}
+
+// launch starts QEMU for rec (cold boot when incoming is "", else from the
+// checkpoint dir incoming), waits for the agent unless the VM stays paused,
+// and persists rec. It fills rec.Handle's PID, Addr and Meta.
+func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeout time.Duration) (vmm.Handle, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	dir := rec.Handle.Dir
+	m := rec.Machine
+	m.QMPSocket = filepath.Join(dir, "qmp.sock")
+	m.ConsoleLog = filepath.Join(dir, "console.log")
+	m.MemPath, m.MemShared, m.Restrict = rec.MemPath, rec.MemShared, rec.Restrict
+	if incoming != "" {
+		m.Incoming = "exec:cat " + shellQuote(filepath.Join(incoming, "state"))
+	}
+	var pid int
+	var lastErr error
+	for attempt := 0; attempt < 4; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return vmm.Handle{}, err
+		}
+		m.HostPort = port
+		if err := m.Validate(); err != nil {
+			return vmm.Handle{}, err
+		}
+		pid, lastErr = d.spawn(ctx, dir, m)
+		if lastErr == nil {
+			break
+		}
+		if !strings.Contains(lastErr.Error(), "host forwarding") {
+			return vmm.Handle{}, lastErr
+		}
+	}
+	if lastErr != nil {
+		return vmm.Handle{}, lastErr
+	}
+	rec.Handle.PID = pid
+	rec.Handle.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(m.HostPort))
+	rec.Handle.Meta = map[string]string{"qmp": m.QMPSocket, "accel": m.Accel, "memory": memMode(rec)}
+	q, err := DialQMP(ctx, m.QMPSocket)
+	if err != nil {
+		return vmm.Handle{}, d.exitErr(dir, pid, fmt.Errorf("qemu: qmp: %w", err))
+	}
+	defer q.Close()
+	if incoming != "" {
+		st, err := waitIncoming(ctx, q)
+		if err != nil {
+			return vmm.Handle{}, d.exitErr(dir, pid, err)
+		}
+		if !rec.Handle.Paused && !st.Running {
+			if err := q.Execute(ctx, "cont", nil, nil); err != nil {
+				return vmm.Handle{}, d.exitErr(dir, pid, err)
+			}
+		}
+	}
+	if !rec.Handle.Paused {
+		if err := d.waitAgent(ctx, rec.Handle.Addr, pid, m.QMPSocket); err != nil {
+			return vmm.Handle{}, d.exitErr(dir, pid, err)
+		}
+	}
+	rec.Machine.HostPort = m.HostPort
+	if err := writeJSON(filepath.Join(dir, "vm.json"), rec); err != nil {
+		return vmm.Handle{}, err
+	}
+	return rec.Handle, nil
+}
+
+func memMode(rec *record) string {
+	switch {
+	case rec.MemPath == "":
+		return "anonymous"
+	case rec.MemShared:
+		return "shared-file"
+	default:
+		return "cow-file"
+	}
+}
+
+// spawn starts QEMU in its own process group and waits until its QMP
+// socket exists (or it exits).
+func (d *Driver) spawn(ctx context.Context, dir string, m Machine) (int, error) {
+	_ = os.Remove(m.QMPSocket)
+	logf, err := os.OpenFile(filepath.Join(dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	logStart, _ := logf.Seek(0, io.SeekEnd)
+	cmd := exec.Command(d.o.Binary, m.Args()...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("qemu: start: %w", err)
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }() // reap
+	if err := os.WriteFile(filepath.Join(dir, "qemu.pid"), []byte(strconv.Itoa(pid)), 0o600); err != nil {
+		_ = cmd.Process.Kill()
+		return 0, err
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(m.QMPSocket); err == nil {
+			return pid, nil
+		}
+		select {
+		case <-exited:
+			return 0, fmt.Errorf("%w: %s", vmm.ErrVMMExited, logTail(filepath.Join(dir, "qemu.log"), logStart))
+		case <-ctx.Done():
+			_ = cmd.Process.Kill()
+			return 0, fmt.Errorf("qemu: waiting for qmp socket: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func logTail(path string, from int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if from > 0 && from <= int64(len(b)) {
+		b = b[from:]
+	}
+	if len(b) > 800 {
+		b = b[len(b)-800:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// exitErr decorates err with the QEMU log when the process has died.
+func (d *Driver) exitErr(dir string, pid int, err error) error {
+	if !pidAlive(pid, filepath.Join(dir, "qmp.sock")) {
+		return fmt.Errorf("%w: %v: %s", vmm.ErrVMMExited, err, logTail(filepath.Join(dir, "qemu.log"), 0))
+	}
+	return err
+}
+
+// waitIncoming polls query-status until the incoming migration is over.
+func waitIncoming(ctx context.Context, q *QMP) (Status, error) {
+	for {
+		st, err := q.QueryStatus(ctx)
+		if err != nil {
+			return Status{}, err
+		}
+		switch st.Status {
+		case "inmigrate":
+		case "paused", "running", "postmigrate", "prelaunch":
+			return st, nil
+		default:
+			return st, fmt.Errorf("%w: incoming migration ended in state %q", vmm.ErrSnapshotInvalid, st.Status)
+		}
+		var mi MigrationInfo
+		if err := q.Execute(ctx, "query-migrate", nil, &mi); err == nil && mi.Status == "failed" {
+			return st, fmt.Errorf("%w: incoming migration failed: %s", vmm.ErrSnapshotInvalid, mi.ErrorDesc)
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return Status{}, fmt.Errorf("qemu: waiting for incoming migration: %w", err)
+		}
+	}
+}
+
+// waitAgent polls GET /health on addr until 204, the process dies or ctx ends.
+func (d *Driver) waitAgent(ctx context.Context, addr string, pid int, qmp string) error {
+	url := "http://" + addr + "/health"
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+		resp, err := d.httpc.Do(req)
+		cancel()
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return nil
+			}
+		}
+		if !pidAlive(pid, qmp) {
+			return fmt.Errorf("%w: before the agent answered", vmm.ErrVMMExited)
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("qemu: waiting for agent at %s: %w", addr, err)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// load reads h's record and checks that it names the same VM.
+func (d *Driver) load(h vmm.Handle) (record, error) {
+	if !validID(h.ID) {
+		return record{}, fmt.Errorf("qemu: invalid vm id %q", h.ID)
+	}
+	var rec record
+	if err := readJSON(filepath.Join(d.vmDir(h.ID), "vm.json"), &rec); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return record{}, fmt.Errorf("qemu: vm %q: %w", h.ID, vmm.ErrNotRunning)
+		}
+		return record{}, err
+	}
+	return rec, nil
+}
+
+// live dials the QMP socket of a running VM.
+func (d *Driver) live(ctx context.Context, rec record) (*QMP, error) {
+	sock := filepath.Join(rec.Handle.Dir, "qmp.sock")
+	if !pidAlive(rec.Handle.PID, sock) {
+		return nil, fmt.Errorf("qemu: vm %q: %w", rec.Handle.ID, vmm.ErrNotRunning)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return DialQMP(cctx, sock)
+}
+
+// Pause implements vmm.Driver (QMP stop; idempotent).
+func (d *Driver) Pause(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
+	return d.setRun(ctx, h, false)
+}
+
+// Resume implements vmm.Driver (QMP cont; idempotent).
+func (d *Driver) Resume(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
+	return d.setRun(ctx, h, true)
+}
+
+func (d *Driver) setRun(ctx context.Context, h vmm.Handle, run bool) (vmm.Handle, error) {
+	defer d.lock(h.ID)()
+	rec, err := d.load(h)
+	if err != nil {
+		return h, err
+	}
+	q, err := d.live(ctx, rec)
+	if err != nil {
+		return h, err
+	}
+	defer q.Close()
+	cmd := "stop"
+	if run {
+		cmd = "cont"
+	}
+	if err := q.Execute(ctx, cmd, nil, nil); err != nil {
+		return h, err
+	}
+	rec.Handle.Paused = !run
+	if err := writeJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec); err != nil {
+		return h, err
+	}
+	return rec.Handle, nil
+}
+
+// Snapshot implements vmm.Driver.
+func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, dir string) error {
+	defer d.lock(h.ID)()
+	rec, err := d.load(h)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return fmt.Errorf("qemu: checkpoint dir %s already exists", dir)
+	}
+	q, err := d.live(ctx, rec)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	tmp := dir + ".tmp"
+	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
+	st, err := q.QueryStatus(ctx)
+	if err != nil {
+		return err
+	}
+	man, err := d.capture(ctx, q, rec, tmp)
+	if st.Running {
+		if cerr := q.Execute(ctx, "cont", nil, nil); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	man.Paused = !st.Running
+	if err := writeJSON(filepath.Join(tmp, "snapshot.json"), man); err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	return nil
+}
+
+// capture stops the VM and writes its state (and RAM file) into dir. It
+// leaves the VM stopped; the caller decides whether to cont.
+func (d *Driver) capture(ctx context.Context, q *QMP, rec record, dir string) (manifest, error) {
+	if err := q.Execute(ctx, "stop", nil, nil); err != nil {
+		return manifest{}, err
+	}
+	shared := rec.MemPath != "" && rec.MemShared
+	caps := []map[string]any{{"capability": "x-ignore-shared", "state": shared}}
+	if err := q.Execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": caps}, nil); err != nil {
+		return manifest{}, err
+	}
+	uri := "exec:cat > " + shellQuote(filepath.Join(dir, "state"))
+	if err := q.Execute(ctx, "migrate", map[string]any{"uri": uri}, nil); err != nil {
+		return manifest{}, err
+	}
+	for {
+		var mi MigrationInfo
+		if err := q.Execute(ctx, "query-migrate", nil, &mi); err != nil {
+			return manifest{}, err
+		}
+		if mi.Status == "completed" {
+			break
+		}
+		if mi.Status == "failed" || mi.Status == "cancelled" {
+			return manifest{}, fmt.Errorf("qemu: migrate to %s: %s %s", dir, mi.Status, mi.ErrorDesc)
+		}
+		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+			_ = q.Execute(context.Background(), "migrate_cancel", nil, nil)
+			return manifest{}, err
+		}
+	}
+	man := manifest{Backend: Backend, Machine: rec.Machine, Memory: "stream", Token: rec.Handle.Token, Spec: rec.Spec, Created: time.Now().UTC()}
+	man.Machine.HostPort = 0
+	if shared {
+		n, err := copySparse(rec.MemPath, filepath.Join(dir, "mem"))
+		if err != nil {
+			return manifest{}, err
+		}
+		man.Memory, man.MemBytes = "file", n
+	}
+	return man, nil
+}
+
+// copySparse copies src to dst, leaving all-zero 64 KiB blocks as holes.
+func copySparse(src, dst string) (int64, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 64<<10)
+	zero := make([]byte, len(buf))
+	var off int64
+	for {
+		n, rerr := io.ReadFull(in, buf)
+		if n > 0 {
+			if !bytes.Equal(buf[:n], zero[:n]) {
+				if _, err := out.WriteAt(buf[:n], off); err != nil {
+					out.Close()
+					return 0, err
+				}
+			}
+			off += int64(n)
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			out.Close()
+			return 0, rerr
+		}
+	}
+	if err := out.Truncate(off); err != nil {
+		out.Close()
+		return 0, err
+	}
+	return off, out.Close()
+}
+
+func readManifest(dir string) (manifest, error) {
+	var man manifest
+	if err := readJSON(filepath.Join(dir, "snapshot.json"), &man); err != nil {
+		return manifest{}, fmt.Errorf("%w: %v", vmm.ErrSnapshotInvalid, err)
+	}
+	if man.Backend != Backend {
+		return manifest{}, fmt.Errorf("%w: backend %q, want %q", vmm.ErrSnapshotInvalid, man.Backend, Backend)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state")); err != nil {
+		return manifest{}, fmt.Errorf("%w: %v", vmm.ErrSnapshotInvalid, err)
+	}
+	if man.Memory == "file" {
+		fi, err := os.Stat(filepath.Join(dir, "mem"))
+		if err != nil {
+			return manifest{}, fmt.Errorf("%w: %v", vmm.ErrSnapshotInvalid, err)
+		}
+		if fi.Size() != int64(man.Machine.MemoryMiB)<<20 {
+			return manifest{}, fmt.Errorf("%w: mem is %d bytes, want %d", vmm.ErrSnapshotInvalid, fi.Size(), int64(man.Machine.MemoryMiB)<<20)
+		}
+	}
+	return man, nil
+}
+
+// Clone implements vmm.Driver. The clone keeps the checkpoint's template,
+// size and environment; spec supplies its id, token and lane.
+func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Handle, error) {
+	if err := d.checkSpec(spec); err != nil {
+		return vmm.Handle{}, err
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return vmm.Handle{}, err
+	}
+	man, err := readManifest(dir)
+	if err != nil {
+		return vmm.Handle{}, err
+	}
+	defer d.lock(spec.ID)()
+	vdir := d.vmDir(spec.ID)
+	if err := os.Mkdir(vdir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return vmm.Handle{}, fmt.Errorf("qemu: vm %q already exists", spec.ID)
+		}
+		return vmm.Handle{}, err
+	}
+	full := man.Spec
+	full.ID, full.Token = spec.ID, spec.Token
+	if spec.Net != "" {
+		full.Net = spec.Net
+	}
+	rec := record{Spec: full, Machine: man.Machine, Restrict: full.Net != "egress"}
+	rec.Handle = vmm.Handle{ID: spec.ID, Backend: Backend, Dir: vdir, Token: man.Token}
+	if man.Memory == "file" {
+		rec.MemPath = filepath.Join(dir, "mem")
+	}
+	h, err := d.launch(ctx, &rec, dir, d.o.BootTimeout)
+	if err == nil && spec.Token != man.Token {
+		err = d.setIdentity(ctx, h.Addr, man.Token, spec.Token)
+		if err == nil {
+			rec.Handle.Token = spec.Token
+			h = rec.Handle
+			err = writeJSON(filepath.Join(vdir, "vm.json"), rec)
+		}
+	}
+	if err != nil {
+		d.kill(rec.Handle.PID, vdir)
+		_ = os.RemoveAll(vdir)
+		return vmm.Handle{}, err
+	}
+	return h, nil
+}
+
+// IdentityPath is the agent endpoint that replaces its access token.
+const IdentityPath = "/hearth/identity"
+
+// setIdentity hands the agent at addr its new token, authenticated with old.
+func (d *Driver) setIdentity(ctx context.Context, addr, old, token string) error {
+	body, _ := json.Marshal(map[string]string{"token": token})
+	var last error
+	for attempt := 0; attempt < 20; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodPost, "http://"+addr+IdentityPath, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Access-Token", old)
+		resp, err := d.httpc.Do(req)
+		cancel()
+		if err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return nil
+			}
+			return fmt.Errorf("qemu: agent identity: %s: %s", resp.Status, bytes.TrimSpace(msg))
+		}
+		last = err
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("qemu: agent identity: %w", last)
+}
+
+// Stop implements vmm.Driver: it checkpoints the VM into h.Dir/stopped
+// (keeping its run state) and ends QEMU.
+func (d *Driver) Stop(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
+	defer d.lock(h.ID)()
+	rec, err := d.load(h)
+	if err != nil {
+		return h, err
+	}
+	q, err := d.live(ctx, rec)
+	if err != nil {
+		return h, err
+	}
+	defer q.Close()
+	st, err := q.QueryStatus(ctx)
+	if err != nil {
+		return h, err
+	}
+	dst := filepath.Join(rec.Handle.Dir, "stopped")
+	tmp := dst + ".tmp"
+	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return h, err
+	}
+	man, err := d.capture(ctx, q, rec, tmp)
+	if err != nil {
+		if st.Running {
+			_ = q.Execute(ctx, "cont", nil, nil)
+		}
+		_ = os.RemoveAll(tmp)
+		return h, err
+	}
+	man.Paused = !st.Running
+	if err := writeJSON(filepath.Join(tmp, "snapshot.json"), man); err != nil {
+		return h, err
+	}
+	_ = os.RemoveAll(dst)
+	if err := os.Rename(tmp, dst); err != nil {
+		return h, err
+	}
+	_ = q.Execute(ctx, "quit", nil, nil)
+	d.kill(rec.Handle.PID, rec.Handle.Dir)
+	if rec.MemShared {
+		_ = os.Remove(rec.MemPath) // the checkpoint holds a copy
+	}
+	rec.Handle.PID = 0
+	rec.Handle.Paused = !st.Running
+	if err := writeJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec); err != nil {
+		return h, err
+	}
+	return rec.Handle, nil
+}
+
+// Restore implements vmm.Driver.
+func (d *Driver) Restore(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
+	defer d.lock(h.ID)()
+	rec, err := d.load(h)
+	if err != nil {
+		return h, err
+	}
+	if pidAlive(rec.Handle.PID, filepath.Join(rec.Handle.Dir, "qmp.sock")) {
+		q, err := d.live(ctx, rec)
+		if err != nil {
+			return h, err
+		}
+		defer q.Close()
+		st, err := q.QueryStatus(ctx)
+		if err != nil {
+			return h, err
+		}
+		rec.Handle.Paused = !st.Running
+		return rec.Handle, writeJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec)
+	}
+	src := filepath.Join(rec.Handle.Dir, "stopped")
+	man, err := readManifest(src)
+	if err != nil {
+		return h, fmt.Errorf("qemu: vm %q: not running and no stop checkpoint: %w", h.ID, err)
+	}
+	rec.Machine = man.Machine
+	rec.MemShared = false
+	rec.MemPath = ""
+	if man.Memory == "file" {
+		rec.MemPath = filepath.Join(src, "mem")
+	}
+	rec.Handle.Paused = man.Paused
+	out, err := d.launch(ctx, &rec, src, d.o.BootTimeout)
+	if err != nil {
+		d.kill(rec.Handle.PID, rec.Handle.Dir)
+		return h, err
+	}
+	return out, nil
+}
+
+// Destroy implements vmm.Driver.
+func (d *Driver) Destroy(ctx context.Context, h vmm.Handle) error {
+	if !validID(h.ID) {
+		return fmt.Errorf("qemu: invalid vm id %q", h.ID)
+	}
+	defer d.lock(h.ID)()
+	dir := d.vmDir(h.ID)
+	pid := h.PID
+	var rec record
+	if err := readJSON(filepath.Join(dir, "vm.json"), &rec); err == nil {
+		pid = rec.Handle.PID
+	} else if b, err := os.ReadFile(filepath.Join(dir, "qemu.pid")); err == nil {
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	d.kill(pid, dir)
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	d.locksMu.Lock()
+	delete(d.locks, h.ID)
+	d.locksMu.Unlock()
+	return nil
+}
+
+// kill ends the QEMU process of dir (SIGKILL to its process group) and
+// waits, bounded, until it is gone.
+func (d *Driver) kill(pid int, dir string) {
+	sock := filepath.Join(dir, "qmp.sock")
+	if !pidAlive(pid, sock) {
+		return
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	deadline := time.Now().Add(10 * time.Second)
+	for pidAlive(pid, sock) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Stats implements vmm.Driver from /proc/PID/smaps_rollup and /proc/PID/stat.
+func (d *Driver) Stats(ctx context.Context, h vmm.Handle) (vmm.Stats, error) {
+	rec, err := d.load(h)
+	if err != nil {
+		return vmm.Stats{}, err
+	}
+	s := vmm.Stats{CPUCount: rec.Machine.VCPUs, MemTotalBytes: int64(rec.Machine.MemoryMiB) << 20, MeasuredAt: time.Now().UTC()}
+	pid := rec.Handle.PID
+	if !pidAlive(pid, filepath.Join(rec.Handle.Dir, "qmp.sock")) {
+		return s, fmt.Errorf("qemu: vm %q: %w", h.ID, vmm.ErrNotRunning)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return s, err
+	}
+	sm, err := ParseSmapsRollup(b)
+	if err != nil {
+		return s, err
+	}
+	st, err := readProcStat(pid)
+	if err != nil {
+		return s, err
+	}
+	s.RSSBytes, s.PrivateBytes, s.SharedBytes = sm.RSS, sm.Private, sm.Shared
+	s.MemUsedBytes = sm.PSS
+	s.MemUsedMeasured = !rec.Handle.Paused
+	s.CPUSeconds = float64(st.UTime+st.STime) / clockTicks
+	return s, nil
+}
+
+// List implements vmm.Driver: every VM under Root whose QEMU still runs.
+func (d *Driver) List(ctx context.Context) ([]vmm.Handle, error) {
+	ents, err := os.ReadDir(d.o.Root)
+	if err != nil {
+		return nil, err
+	}
+	var out []vmm.Handle
+	for _, e := range ents {
+		if !e.IsDir() || !validID(e.Name()) {
+			continue
+		}
+		dir := filepath.Join(d.o.Root, e.Name())
+		var rec record
+		if err := readJSON(filepath.Join(dir, "vm.json"), &rec); err != nil {
+			// A VM mid-boot has a pidfile but no record yet.
+			b, err := os.ReadFile(filepath.Join(dir, "qemu.pid"))
+			if err != nil {
+				continue
+			}
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			if pidAlive(pid, filepath.Join(dir, "qmp.sock")) {
+				out = append(out, vmm.Handle{ID: e.Name(), Backend: Backend, Dir: dir, PID: pid})
+			}
+			continue
+		}
+		if pidAlive(rec.Handle.PID, filepath.Join(dir, "qmp.sock")) {
+			out = append(out, rec.Handle)
+		}
+	}
+	return out, nil
+}
