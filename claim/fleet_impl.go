@@ -134,6 +134,14 @@ func (f *NodeFleet) LiveByRef(ctx context.Context, ref string) (Located, error) 
 	return f.askAll(ctx, ref, true)
 }
 
+// LiveByID is LiveByRef for a claim id.
+func (f *NodeFleet) LiveByID(ctx context.Context, id string) (Located, error) {
+	if loc, ok := f.askIndexed(ctx, id, false); ok {
+		return loc, nil
+	}
+	return f.askAll(ctx, id, false)
+}
+
 func (f *NodeFleet) lookup(ctx context.Context, key string, byRef bool) (Located, error) {
 	if key == "" {
 		return Located{}, ErrNotFound
@@ -176,7 +184,7 @@ func (f *NodeFleet) ask(ctx context.Context, nodeName, addr, key string, byRef b
 		}
 		found := false
 		for _, s := range sbs {
-			if s.ClaimRef == key || s.ClaimRef == "" {
+			if s.ClaimRef == key {
 				// pick the newest claim under the name
 				if !found || s.ClaimedAt.After(sb.ClaimedAt) {
 					sb, found = s, true
@@ -210,7 +218,11 @@ func (f *NodeFleet) askAll(ctx context.Context, key string, byRef bool) (Located
 	defer cancel()
 	sem := make(chan struct{}, f.cfg.Concurrency)
 	found := make(chan Located, 1)
-	var wg sync.WaitGroup
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		silent []string // nodes that did not answer
+	)
 	for i := range nodes {
 		n := nodes[i]
 		if n.Address == "" {
@@ -225,12 +237,18 @@ func (f *NodeFleet) askAll(ctx context.Context, key string, byRef bool) (Located
 				return
 			}
 			defer func() { <-sem }()
-			if loc, err := f.ask(ctx, n.Name, n.Address, key, byRef); err == nil {
+			loc, err := f.ask(ctx, n.Name, n.Address, key, byRef)
+			switch {
+			case err == nil:
 				select {
 				case found <- loc:
 					cancel()
 				default:
 				}
+			case !errors.Is(err, ErrNotFound) && ctx.Err() == nil:
+				mu.Lock()
+				silent = append(silent, n.Name)
+				mu.Unlock()
 			}
 		}()
 	}
@@ -244,8 +262,16 @@ func (f *NodeFleet) askAll(ctx context.Context, key string, byRef bool) (Located
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.Canceled) {
 		return Located{}, err
 	}
+	if len(silent) > 0 {
+		sort.Strings(silent)
+		return Located{}, fmt.Errorf("%w; %w: %v", ErrNotFound, ErrIncomplete, silent)
+	}
 	return Located{}, ErrNotFound
 }
+
+// ErrIncomplete accompanies ErrNotFound when some nodes did not answer a
+// live lookup: the sandbox may still exist on one of them.
+var ErrIncomplete = errors.New("some nodes did not answer")
 
 // locatedOf converts a published entry.
 func locatedOf(it inventory.Item) Located {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hearthvm/hearth/claim"
@@ -169,9 +170,31 @@ func (g *gateway) withKnown(l claim.Located) claim.Located {
 	return l
 }
 
+// maxRecent is the size past which remember drops records whose lease
+// (as last granted through this gateway) has ended.
+const maxRecent = 4096
+
 func (g *gateway) remember(l claim.Located) {
+	now := g.now()
 	g.mu.Lock()
-	g.recent[RenderID(l.ID)] = recentClaim{loc: l, at: g.now()}
+	defer g.mu.Unlock()
+	g.recent[RenderID(l.ID)] = recentClaim{loc: l, at: now}
+	if len(g.recent) > maxRecent {
+		for k, rc := range g.recent {
+			if !rc.loc.Deadline.IsZero() && now.After(rc.loc.Deadline) {
+				delete(g.recent, k)
+			}
+		}
+	}
+}
+
+// renewed records a new deadline granted through this gateway.
+func (g *gateway) renewed(l claim.Located, deadline time.Time) {
+	g.mu.Lock()
+	if rc, ok := g.recent[RenderID(l.ID)]; ok {
+		rc.loc.Deadline = deadline
+		g.recent[RenderID(l.ID)] = rc
+	}
 	g.mu.Unlock()
 }
 
@@ -383,15 +406,32 @@ func (g *gateway) view(ctx context.Context) ([]claim.Located, error) {
 		}
 	}
 	g.mu.Unlock()
-	for _, rc := range pending {
-		loc, err := g.fleet.ByID(ctx, rc.loc.ID)
-		switch {
-		case err == nil:
-			out = append(out, g.withKnown(loc))
-		case errors.Is(err, claim.ErrNotFound) || node.StatusOf(err) == http.StatusNotFound:
-			g.forget(rc.loc)
-		default:
-			out = append(out, rc.loc) // node unreachable: show what we know
+	// Verify unpublished claims live, a few at a time.
+	found := make([]*claim.Located, len(pending))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, rc := range pending {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			loc, err := g.fleet.ByID(ctx, rc.loc.ID)
+			switch {
+			case err == nil:
+				loc = g.withKnown(loc)
+				found[i] = &loc
+			case errors.Is(err, claim.ErrNotFound) || node.StatusOf(err) == http.StatusNotFound:
+				g.forget(rc.loc)
+			default:
+				l := rc.loc // node unreachable: show what we know
+				found[i] = &l
+			}
+		}()
+	}
+	wg.Wait()
+	for _, l := range found {
+		if l != nil {
+			out = append(out, *l)
 		}
 	}
 	return out, nil
@@ -504,10 +544,12 @@ func (g *gateway) handleTimeout(w http.ResponseWriter, r *http.Request) {
 		fail(w, err, "sandbox "+strconv.Quote(id))
 		return
 	}
-	if _, err := g.fleet.Renew(r.Context(), s, *req.Timeout); err != nil {
+	deadline, err := g.fleet.Renew(r.Context(), s, *req.Timeout)
+	if err != nil {
 		fail(w, err, "sandbox "+strconv.Quote(id))
 		return
 	}
+	g.renewed(s, deadline)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -585,10 +627,12 @@ func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	// A connect timeout only extends the lease.
 	if req.Timeout != nil && *req.Timeout > 0 && g.now().Add(time.Duration(*req.Timeout)*time.Second).After(s.Deadline) {
-		if _, err := g.fleet.Renew(r.Context(), s, *req.Timeout); err != nil {
+		deadline, err := g.fleet.Renew(r.Context(), s, *req.Timeout)
+		if err != nil {
 			fail(w, err, "sandbox "+strconv.Quote(id))
 			return
 		}
+		g.renewed(s, deadline)
 	}
 	writeJSON(w, status, g.sandboxOf(s))
 }

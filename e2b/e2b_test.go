@@ -149,12 +149,14 @@ func TestNew_FailsWithoutKeysUnlessAnonymous(t *testing.T) {
 const apiKey = "e2b_test_key"
 
 type gw struct {
-	t   *testing.T
+	t   testing.TB
 	url string
 	f   *fakeFleet
 }
 
-func startGateway(t *testing.T) *gw {
+func startGateway(t *testing.T) *gw { return startGatewayB(t) }
+
+func startGatewayB(t testing.TB) *gw {
 	f := newFakeFleet(t)
 	f.addWarm("rt", 10)
 	h, err := New(Config{Fleet: f, APIKeys: []string{"other", apiKey}, Domain: "gw.local"})
@@ -227,6 +229,12 @@ func (g *gw) run(id, token, cmd string) (int, string, string) {
 		body := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
 		_, err := io.ReadFull(resp.Body, body)
 		require.NoError(g.t, err)
+		if hdr[0]&2 != 0 {
+			if string(body) != "{}" {
+				return 200, stdout, "end-stream " + string(body)
+			}
+			continue
+		}
 		var m struct {
 			Event struct {
 				Data *struct{ Stdout []byte }
@@ -460,5 +468,3 @@ func mustByID(t *testing.T, f *fakeFleet, id string) claim.Located {
 	require.NoError(t, err)
 	return l
 }
-
-

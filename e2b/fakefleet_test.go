@@ -24,7 +24,7 @@ import (
 // is exercised end to end. List shows only "published" sandboxes, like the
 // NodeInventory view.
 type fakeFleet struct {
-	t *testing.T
+	t testing.TB
 
 	mu        sync.Mutex
 	warm      map[pool.Key]int
@@ -42,7 +42,7 @@ type fakeSandbox struct {
 	publish bool
 }
 
-func newFakeFleet(t *testing.T) *fakeFleet {
+func newFakeFleet(t testing.TB) *fakeFleet {
 	f := &fakeFleet{t: t, warm: map[pool.Key]int{}, sandboxes: map[string]*fakeSandbox{}}
 	t.Cleanup(func() {
 		f.mu.Lock()

@@ -22,6 +22,7 @@ type View struct {
 	byName map[string]int32 // name → first slot; further ones chain via slot.next
 	byID   map[string]int32 // claim id → first slot holding it
 	sum    uint64           // content hash of the whole view
+	dups   bool             // some name is held by more than one entry
 }
 
 // Node is one node of a View.
@@ -61,7 +62,27 @@ func (it Item) ResourceVersion() string { return strconv.FormatUint(it.Hash, 10)
 // NewView builds a View from inventories. Nodes are ordered by name (ties
 // keep input order); nil inventories are skipped. The inventories must not
 // be mutated while the View is in use.
-func NewView(invs []*NodeInventory) *View {
+func NewView(invs []*NodeInventory) *View { return build(invs, nil) }
+
+// Next builds the View of invs like NewView, reusing v's per-entry content
+// hashes for every inventory object v was also built from (the same
+// pointer: inventories are never mutated while a View uses them), so a
+// re-derive after one node republished hashes only that node's entries.
+// A nil v is NewView.
+func (v *View) Next(invs []*NodeInventory) *View { return build(invs, v) }
+
+// offsets maps each node's inventory object to the index of its first slot.
+func (v *View) offsets() map[*NodeInventory]int32 {
+	out := make(map[*NodeInventory]int32, len(v.nodes))
+	off := int32(0)
+	for i := range v.nodes {
+		out[v.nodes[i].inv] = off
+		off += int32(len(v.nodes[i].inv.Entries))
+	}
+	return out
+}
+
+func build(invs []*NodeInventory, prev *View) *View {
 	v := &View{}
 	n := 0
 	for _, inv := range invs {
@@ -76,13 +97,27 @@ func NewView(invs []*NodeInventory) *View {
 	v.byID = make(map[string]int32, n)
 	// last slot of each name chain, so duplicates append in order.
 	var tails map[int32]int32
+	var reuse map[*NodeInventory]int32
+	if prev != nil && len(prev.slots) > 0 {
+		reuse = prev.offsets()
+	}
 	for ni := range v.nodes {
 		nd := &v.nodes[ni]
+		off, same := reuse[nd.inv]
+		// A reused object hashes the same unless its node name changed.
+		same = same && prev.nodes[prev.slots[off].node].Name == nd.Name
 		for ei := range nd.inv.Entries {
 			e := &nd.inv.Entries[ei]
 			si := int32(len(v.slots))
-			v.slots = append(v.slots, slot{hash: Hash(nd.Name, e), node: int32(ni), entry: int32(ei), next: -1})
+			var h uint64
+			if same {
+				h = prev.slots[off+int32(ei)].hash
+			} else {
+				h = Hash(nd.Name, e)
+			}
+			v.slots = append(v.slots, slot{hash: h, node: int32(ni), entry: int32(ei), next: -1})
 			if first, ok := v.byName[e.Name]; ok {
+				v.dups = true
 				if tails == nil {
 					tails = map[int32]int32{}
 				}

@@ -132,6 +132,7 @@ func StartControlPlane(binDir, dir string) (cp *ControlPlane, err error) {
 		"--client-ca-file=" + caFile,
 		"--token-auth-file=" + tokens,
 		"--authorization-mode=RBAC",
+		"--allow-privileged=true", // as kubeadm clusters do; the sandboxd DaemonSet needs /dev/kvm
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + saPub, "--service-account-signing-key-file=" + saKey,
 		"--service-cluster-ip-range=10.0.0.0/24",

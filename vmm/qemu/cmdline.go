@@ -11,6 +11,10 @@ import (
 // AgentPort is the guest TCP port the in-guest agent listens on.
 const AgentPort = 49983
 
+// maxSocketPath is the longest unix socket path Linux accepts (sun_path
+// holds 108 bytes including the NUL).
+const maxSocketPath = 107
+
 // Accelerators.
 const (
 	AccelKVM = "kvm"
@@ -58,6 +62,8 @@ func (m Machine) Validate() error {
 		return fmt.Errorf("qemu: kernel and initrd are required")
 	case m.QMPSocket == "":
 		return fmt.Errorf("qemu: qmp socket is required")
+	case len(m.QMPSocket) > maxSocketPath:
+		return fmt.Errorf("qemu: qmp socket path %q is longer than %d bytes: use a shorter root", m.QMPSocket, maxSocketPath)
 	case m.HostPort <= 0 || m.HostPort > 65535:
 		return fmt.Errorf("qemu: host port %d out of range", m.HostPort)
 	case strings.ContainsAny(m.QMPSocket+m.ConsoleLog+m.MemPath, ","):
@@ -78,14 +84,18 @@ func (m Machine) Args() []string {
 		a = append(a, "-accel", "tcg", "-cpu", "max")
 	}
 	a = append(a, "-smp", strconv.Itoa(m.VCPUs), "-m", strconv.Itoa(m.MemoryMiB)+"M")
+	// RAM is always the backend "ram0", so migration streams match between
+	// file-backed and anonymous VMs.
 	if m.MemPath != "" {
 		share := "off"
 		if m.MemShared {
 			share = "on"
 		}
 		a = append(a, "-object", fmt.Sprintf("memory-backend-file,id=ram0,size=%dM,mem-path=%s,share=%s", m.MemoryMiB, m.MemPath, share))
-		machine += ",memory-backend=ram0"
+	} else {
+		a = append(a, "-object", fmt.Sprintf("memory-backend-ram,id=ram0,size=%dM", m.MemoryMiB))
 	}
+	machine += ",memory-backend=ram0"
 	a = append(a, "-machine", machine)
 	a = append(a, "-kernel", m.Kernel, "-initrd", m.Initrd, "-append", m.Cmdline)
 	serial := "null"

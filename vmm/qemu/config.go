@@ -91,7 +91,10 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
-	base := filepath.Dir(path)
+	base, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return Config{}, err
+	}
 	for k, g := range c.Templates {
 		if g.Kernel != "" && !filepath.IsAbs(g.Kernel) {
 			g.Kernel = filepath.Join(base, g.Kernel)

@@ -78,6 +78,7 @@ type Options struct {
 type Driver struct {
 	o Options
 
+	probeMu sync.Mutex // held while the first auto-mode boot probes KVM
 	accelMu sync.Mutex
 	accel   string // decided accelerator; "" until decided
 
@@ -230,45 +231,47 @@ func (d *Driver) Boot(ctx context.Context, spec vmm.Spec) (vmm.Handle, error) {
 		Kernel: g.Kernel, Initrd: g.Initrd,
 		Cmdline: GuestCmdline(g.Cmdline, spec.Token, "hearth-guest", spec.Env),
 	}
-	accel, probing := d.acquireAccel()
-	if !probing {
+	if accel := d.decided(); accel != "" {
 		m.Accel = accel
 		return d.boot(ctx, spec, m, d.o.BootTimeout)
 	}
 	// First boot in auto mode: try KVM, verify the guest answers, else TCG.
-	defer d.accelMu.Unlock()
+	d.probeMu.Lock()
+	defer d.probeMu.Unlock()
+	if accel := d.decided(); accel != "" { // another boot probed meanwhile
+		m.Accel = accel
+		return d.boot(ctx, spec, m, d.o.BootTimeout)
+	}
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		d.decide(AccelTCG, fmt.Sprintf("/dev/kvm: %v", err))
+		m.Accel = AccelTCG
+		return d.boot(ctx, spec, m, d.o.BootTimeout)
+	}
 	m.Accel = AccelKVM
 	h, err := d.boot(ctx, spec, m, d.o.KVMProbeTimeout)
 	if err == nil {
-		d.accel = AccelKVM
-		d.o.Logf("qemu: accelerator kvm (guest booted under KVM)")
+		d.decide(AccelKVM, "a guest booted under KVM")
 		return h, nil
 	}
 	if ctx.Err() != nil {
 		return vmm.Handle{}, err
 	}
-	d.o.Logf("qemu: accelerator tcg (KVM boot failed: %v)", err)
-	d.accel = AccelTCG
+	d.decide(AccelTCG, fmt.Sprintf("KVM boot failed: %v", err))
 	m.Accel = AccelTCG
 	return d.boot(ctx, spec, m, d.o.BootTimeout)
 }
 
-// acquireAccel returns the decided accelerator, or ("", true) with
-// accelMu held when the caller must probe (auto mode, first boot).
-func (d *Driver) acquireAccel() (string, bool) {
+func (d *Driver) decided() string {
 	d.accelMu.Lock()
-	if d.accel != "" {
-		a := d.accel
-		d.accelMu.Unlock()
-		return a, false
-	}
-	if _, err := os.Stat("/dev/kvm"); err != nil {
-		d.accel = AccelTCG
-		d.accelMu.Unlock()
-		d.o.Logf("qemu: accelerator tcg (/dev/kvm: %v)", err)
-		return AccelTCG, false
-	}
-	return "", true
+	defer d.accelMu.Unlock()
+	return d.accel
+}
+
+func (d *Driver) decide(accel, why string) {
+	d.accelMu.Lock()
+	d.accel = accel
+	d.accelMu.Unlock()
+	d.o.Logf("qemu: accelerator %s (%s)", accel, why)
 }
 
 // boot cold-boots spec with machine m, leaving nothing behind on failure.
@@ -304,7 +307,7 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 	m.ConsoleLog = filepath.Join(dir, "console.log")
 	m.MemPath, m.MemShared, m.Restrict = rec.MemPath, rec.MemShared, rec.Restrict
 	if incoming != "" {
-		m.Incoming = "exec:cat " + shellQuote(filepath.Join(incoming, "state"))
+		m.Incoming = "defer"
 	}
 	var pid int
 	var lastErr error
@@ -337,6 +340,17 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 	}
 	defer q.Close()
 	if incoming != "" {
+		// The stream's RAM blocks were skipped (x-ignore-shared) exactly
+		// when the checkpoint carries a memory file; the capability must
+		// match on both sides.
+		caps := []map[string]any{{"capability": "x-ignore-shared", "state": rec.MemPath != ""}}
+		if err := q.Execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": caps}, nil); err != nil {
+			return vmm.Handle{}, d.exitErr(dir, pid, err)
+		}
+		uri := "exec:cat " + shellQuote(filepath.Join(incoming, "state"))
+		if err := q.Execute(ctx, "migrate-incoming", map[string]any{"uri": uri}, nil); err != nil {
+			return vmm.Handle{}, d.exitErr(dir, pid, err)
+		}
 		st, err := waitIncoming(ctx, q)
 		if err != nil {
 			return vmm.Handle{}, d.exitErr(dir, pid, err)

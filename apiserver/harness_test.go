@@ -1,0 +1,133 @@
+package apiserver_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/hearthvm/hearth/apiserver"
+	"github.com/hearthvm/hearth/apiserver/fleettest"
+	"github.com/hearthvm/hearth/claim"
+	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/pool"
+)
+
+const image = "ghcr.io/x/y:1"
+
+var (
+	key  = pool.Key{Template: image, Net: "none", Size: "small"}
+	spec = node.PoolSpec{Template: image, Net: "none", Size: "small"}
+)
+
+// server is one in-process sandbox-apiserver on a random loopback port.
+type server struct {
+	URL        string
+	Config     *rest.Config
+	Kubeconfig string
+	Dynamic    dynamic.Interface
+	Fleet      *claim.NodeFleet
+}
+
+// startServer runs a standalone server (anonymous, always-allow,
+// self-signed) over f with its own, empty, claim index.
+func startServer(t *testing.T, f *fleettest.Fleet) *server {
+	t.Helper()
+	o := apiserver.NewOptions()
+	o.Authentication, o.Authorization = nil, nil
+	ln, port, err := genericoptions.CreateListener("tcp", "127.0.0.1:0", net.ListenConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.SecureServing.Listener, o.SecureServing.BindPort = ln, port
+	o.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
+	o.WatchInterval = 50 * time.Millisecond
+	o.View = f.View
+	fl := claim.NewFleet(claim.FleetConfig{View: f.View, Token: fleettest.Token})
+	o.Fleet = fl
+	if err := o.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := o.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := cfg.Complete().New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("server did not stop")
+		}
+	})
+	s := &server{URL: fmt.Sprintf("https://127.0.0.1:%d", port), Fleet: fl}
+	s.Config = &rest.Config{Host: s.URL, BearerToken: "dummy", TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 1000, Burst: 1000}
+	s.Dynamic = dynamic.NewForConfigOrDie(s.Config)
+	s.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: hearth
+  cluster: {server: %q, insecure-skip-tls-verify: true}
+users:
+- name: dev
+  user: {token: dummy-token}
+contexts:
+- name: hearth
+  context: {cluster: hearth, user: dev, namespace: default}
+current-context: hearth
+`, s.URL)
+	if err := os.WriteFile(s.Kubeconfig, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rest.HTTPClientFor(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleettest.Eventually(t, 60*time.Second, func() bool {
+		resp, err := rc.Get(s.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, "server never became ready")
+	return s
+}
+
+// kubectl runs the real kubectl against s; it returns combined output.
+func (s *server) kubectl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", s.Kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+func needKubectl(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl not on PATH")
+	}
+}

@@ -1,0 +1,128 @@
+package apiserver
+
+import (
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	extopenapi "k8s.io/apiextensions-apiserver/pkg/generated/openapi"
+	apiopenapi "k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/kube-openapi/pkg/common"
+	"k8s.io/kube-openapi/pkg/util"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+
+	"github.com/hearthvm/hearth/sandbox"
+)
+
+// GetOpenAPIDefinitions returns the definitions of the sandboxes group: the
+// apimachinery meta types, Sandbox, SandboxList and the lifecycle payloads.
+// Our kinds are keyed by their Go type name; the namer of OpenAPIConfigs
+// maps such names to REST-friendly ones. Sandbox spec and status are
+// objects preserving unknown fields: enough for create and managedFields.
+func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
+	out := map[string]common.OpenAPIDefinition{}
+	for k, v := range extopenapi.GetOpenAPIDefinitions(ref) {
+		if strings.HasPrefix(k, "io.k8s.apimachinery.") {
+			out[k] = v
+		}
+	}
+	objectMeta := metav1.ObjectMeta{}.OpenAPIModelName()
+	listMeta := metav1.ListMeta{}.OpenAPIModelName()
+	str := spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"string"}}}
+	i32 := spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"integer"}, Format: "int32"}}
+	free := spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"object"}},
+		VendorExtensible: spec.VendorExtensible{Extensions: spec.Extensions{"x-kubernetes-preserve-unknown-fields": true}}}
+	refTo := func(n string) spec.Schema { return spec.Schema{SchemaProps: spec.SchemaProps{Ref: ref(n)}} }
+	object := func(props map[string]spec.Schema, deps ...string) common.OpenAPIDefinition {
+		props["apiVersion"], props["kind"], props["metadata"] = str, str, refTo(objectMeta)
+		return common.OpenAPIDefinition{
+			Schema:       spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"object"}, Properties: props}},
+			Dependencies: append([]string{objectMeta}, deps...),
+		}
+	}
+	name := util.GetCanonicalTypeName
+	sb := name(&sandboxv1beta1.Sandbox{})
+	out[sb] = object(map[string]spec.Schema{"spec": free, "status": free})
+	out[name(&sandboxv1beta1.SandboxList{})] = common.OpenAPIDefinition{
+		Schema: spec.Schema{SchemaProps: spec.SchemaProps{
+			Type: []string{"object"}, Required: []string{"items"},
+			Properties: map[string]spec.Schema{
+				"apiVersion": str, "kind": str, "metadata": refTo(listMeta),
+				"items": {SchemaProps: spec.SchemaProps{Type: []string{"array"},
+					Items: &spec.SchemaOrArray{Schema: ptr(refTo(sb))}}},
+			},
+		}},
+		Dependencies: []string{listMeta, sb},
+	}
+	out[name(&sandbox.SandboxPauseOptions{})] = object(map[string]spec.Schema{})
+	out[name(&sandbox.SandboxResumeOptions{})] = object(map[string]spec.Schema{})
+	out[name(&sandbox.SandboxForkOptions{})] = object(map[string]spec.Schema{"count": i32, "ttlSeconds": i32})
+	child := spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"object"}, Properties: map[string]spec.Schema{
+		"sandboxID": str, "name": str, "nodeName": str, "address": str,
+		"deadline": {SchemaProps: spec.SchemaProps{Type: []string{"string"}, Format: "date-time"}},
+	}}}
+	out[name(&sandbox.SandboxForkResult{})] = object(map[string]spec.Schema{
+		"children": {SchemaProps: spec.SchemaProps{Type: []string{"array"}, Items: &spec.SchemaOrArray{Schema: &child}}},
+	})
+	out[name(&sandbox.SandboxSnapshotOptions{})] = object(map[string]spec.Schema{"name": str})
+	out[name(&sandbox.SandboxSnapshotResult{})] = object(map[string]spec.Schema{
+		"snapshotID": str, "name": str, "nodeName": str,
+		"creationTimestamp": {SchemaProps: spec.SchemaProps{Type: []string{"string"}, Format: "date-time"}},
+	})
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// composeDefinitions merges definition sources; later ones win on a clash.
+func composeDefinitions(srcs ...common.GetOpenAPIDefinitions) common.GetOpenAPIDefinitions {
+	return func(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
+		out := map[string]common.OpenAPIDefinition{}
+		for _, src := range srcs {
+			if src == nil {
+				continue
+			}
+			for k, v := range src(ref) {
+				out[k] = v
+			}
+		}
+		return out
+	}
+}
+
+// definitionNamer names definitions REST-friendly. The stock namer keeps a
+// Go path ("sigs.k8s.io/agent-sandbox/api/v1beta1.Sandbox") for types
+// without OpenAPIModelName, which yields "~1" references kubectl cannot
+// resolve, and it indexes GVKs under the friendly name, so such models lose
+// x-kubernetes-group-version-kind (managedFields then fail). Mapping names
+// containing "/" through util.ToRESTFriendlyName fixes both.
+func definitionNamer(schemes ...*runtime.Scheme) func(string) (string, spec.Extensions) {
+	dn := apiopenapi.NewDefinitionNamer(schemes...)
+	return func(name string) (string, spec.Extensions) {
+		if strings.Contains(name, "/") {
+			name = util.ToRESTFriendlyName(name)
+		}
+		return dn.GetDefinitionName(name)
+	}
+}
+
+// OpenAPIConfigs returns the OpenAPI v2 and v3 configs for defs, with the
+// REST-friendly namer over scheme. title names the server.
+func OpenAPIConfigs(title string, scheme *runtime.Scheme, defs ...common.GetOpenAPIDefinitions) (*common.Config, *common.OpenAPIV3Config) {
+	get := composeDefinitions(append([]common.GetOpenAPIDefinitions{GetOpenAPIDefinitions}, defs...)...)
+	namer := definitionNamer(scheme)
+	v2 := genericapiserver.DefaultOpenAPIConfig(get, apiopenapi.NewDefinitionNamer(scheme))
+	v2.GetDefinitionName = namer
+	v2.Info.Title = title
+	v3 := genericapiserver.DefaultOpenAPIV3Config(get, apiopenapi.NewDefinitionNamer(scheme))
+	v3.GetDefinitionName = namer
+	v3.Info.Title = title
+	// DefaultOpenAPIV3Config precomputed $refs with the stock namer: redo them.
+	v3.Definitions = get(func(name string) spec.Ref {
+		n, _ := namer(name)
+		return spec.MustCreateRef("#/components/schemas/" + common.EscapeJsonPointer(n))
+	})
+	return v2, v3
+}

@@ -1,0 +1,165 @@
+package apiserver
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apiserver/pkg/authentication/request/anonymous"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hearthvm/hearth/claim"
+	"github.com/hearthvm/hearth/inventory"
+)
+
+// Options are the sandbox-apiserver's flags. Set Authentication and
+// Authorization to nil to serve without a kube-apiserver (anonymous
+// authentication, always-allow authorization): the embedded default does.
+type Options struct {
+	SecureServing  *genericoptions.SecureServingOptionsWithLoopback
+	Authentication *genericoptions.DelegatingAuthenticationOptions
+	Authorization  *genericoptions.DelegatingAuthorizationOptions
+
+	// Kubeconfig reaches the cluster holding NodeInventory objects; empty
+	// means in-cluster configuration. Unused when View is set.
+	Kubeconfig string
+	// SandboxdTokenFile holds the node/fleet root token (whitespace trimmed).
+	SandboxdTokenFile string
+	// SandboxdToken is the token itself (set by Complete from the file, or
+	// directly by embedders).
+	SandboxdToken string
+	// WatchInterval is the watch re-derive cadence.
+	WatchInterval time.Duration
+
+	// View and Fleet, when set by an embedder, replace the NodeInventory
+	// informer and the node fleet built from it.
+	View  inventory.Viewer
+	Fleet claim.Fleet
+}
+
+// NewOptions returns the defaults: secure port 6443 (a self-signed
+// certificate in memory unless --tls-cert-file is given), delegated
+// authentication and authorization, a 1 s watch interval.
+func NewOptions() *Options {
+	o := &Options{
+		SecureServing:  genericoptions.NewSecureServingOptions().WithLoopback(),
+		Authentication: genericoptions.NewDelegatingAuthenticationOptions(),
+		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
+		WatchInterval:  DefaultWatchInterval,
+	}
+	o.SecureServing.BindPort = 6443
+	o.SecureServing.ServerCert.CertDirectory = ""
+	o.SecureServing.ServerCert.PairName = "sandbox-apiserver"
+	o.Authentication.RemoteKubeConfigFileOptional = true
+	o.Authorization.RemoteKubeConfigFileOptional = true
+	return o
+}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.SecureServing.AddFlags(fs)
+	if o.Authentication != nil {
+		o.Authentication.AddFlags(fs)
+	}
+	if o.Authorization != nil {
+		o.Authorization.AddFlags(fs)
+	}
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster holding NodeInventory objects (default: in-cluster)")
+	fs.StringVar(&o.SandboxdTokenFile, "sandboxd-token-file", o.SandboxdTokenFile, "file holding the node/fleet root token sent to every sandboxd")
+	fs.DurationVar(&o.WatchInterval, "watch-interval", o.WatchInterval, "fixed cadence at which watches re-derive the sandbox view")
+}
+
+// Complete reads the token file.
+func (o *Options) Complete() error {
+	if o.SandboxdTokenFile != "" {
+		b, err := os.ReadFile(o.SandboxdTokenFile)
+		if err != nil {
+			return fmt.Errorf("--sandboxd-token-file: %w", err)
+		}
+		o.SandboxdToken = strings.TrimSpace(string(b))
+	}
+	return nil
+}
+
+// Validate reports every invalid option.
+func (o *Options) Validate() error {
+	var errs []error
+	errs = append(errs, o.SecureServing.Validate()...)
+	if o.Authentication != nil {
+		errs = append(errs, o.Authentication.Validate()...)
+	}
+	if o.Authorization != nil {
+		errs = append(errs, o.Authorization.Validate()...)
+	}
+	if o.WatchInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--watch-interval must be positive, got %s", o.WatchInterval))
+	}
+	if o.SandboxdTokenFile != "" && o.SandboxdToken == "" {
+		errs = append(errs, fmt.Errorf("--sandboxd-token-file %s is empty", o.SandboxdTokenFile))
+	}
+	return errors.Join(errs...)
+}
+
+// Config builds the server configuration.
+func (o *Options) Config() (*Config, error) {
+	if err := o.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
+		return nil, fmt.Errorf("self-signed certificate: %w", err)
+	}
+	rc := NewRecommendedConfig()
+	if err := o.SecureServing.ApplyTo(&rc.SecureServing, &rc.LoopbackClientConfig); err != nil {
+		return nil, err
+	}
+	if o.Authentication != nil {
+		if err := o.Authentication.ApplyTo(&rc.Authentication, rc.SecureServing, rc.OpenAPIConfig); err != nil {
+			return nil, err
+		}
+	} else {
+		rc.Authentication.Authenticator = anonymous.NewAuthenticator(nil)
+	}
+	if o.Authorization != nil {
+		if err := o.Authorization.ApplyTo(&rc.Authorization); err != nil {
+			return nil, err
+		}
+	} else {
+		rc.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
+	}
+	view := o.View
+	if view == nil {
+		cfg, err := o.restConfig()
+		if err != nil {
+			return nil, err
+		}
+		src, err := inventory.NewSourceForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		view = src
+	}
+	fleet := o.Fleet
+	if fleet == nil {
+		fleet = claim.NewFleet(claim.FleetConfig{View: view, Token: o.SandboxdToken})
+	}
+	return &Config{GenericConfig: rc, ExtraConfig: ExtraConfig{Fleet: fleet, View: view, WatchInterval: o.WatchInterval}}, nil
+}
+
+func (o *Options) restConfig() (*rest.Config, error) {
+	if o.Kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,64 @@
+package simfleet
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/pool"
+	"github.com/hearthvm/hearth/vmm"
+)
+
+var key = pool.Key{Template: "img:1", Net: "none", Size: "small"}
+
+func TestFleet_FillsClaimsAndPublishes(t *testing.T) {
+	f, err := Start(Options{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := f.SetWarm(ctx, key, 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WaitWarm(ctx, key, 10, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.Nodes[1].Client.Claim(ctx, node.ClaimRequest{Template: key.Template, Net: key.Net, Size: key.Size, ClaimRef: "ns/a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.PublishNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	it, ok := f.View.View().ByName("ns/a")
+	if !ok || it.Entry.ID != res.ID || it.Node.Name != f.Nodes[1].Name {
+		t.Fatalf("view has %+v %v for ns/a, want id %s on %s", it, ok, res.ID, f.Nodes[1].Name)
+	}
+	if f.Publishes() < 2 {
+		t.Errorf("publishes = %d, want ≥ 2", f.Publishes())
+	}
+}
+
+func TestNopDriver_CloneNeedsCheckpoint(t *testing.T) {
+	d := NewNopDriver()
+	ctx := context.Background()
+	if _, err := d.Clone(ctx, t.TempDir(), vmmSpec("x")); err == nil {
+		t.Fatal("clone from an empty dir succeeded")
+	}
+	h, _ := d.Boot(ctx, vmmSpec("g"))
+	dir := t.TempDir() + "/ck"
+	if err := d.Snapshot(ctx, h, dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Clone(ctx, dir, vmmSpec("c")); err != nil {
+		t.Fatal(err)
+	}
+	if d.Live() != 2 {
+		t.Errorf("live = %d, want 2", d.Live())
+	}
+}
+
+func vmmSpec(id string) vmm.Spec { return vmm.Spec{ID: id} }

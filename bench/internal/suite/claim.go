@@ -1,0 +1,108 @@
+package suite
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/hearthvm/hearth/bench/internal/simfleet"
+	"github.com/hearthvm/hearth/bench/internal/stats"
+	"github.com/hearthvm/hearth/claim"
+	"github.com/hearthvm/hearth/node"
+)
+
+// ClaimPath names one way a claim reaches a node.
+type ClaimPath struct {
+	Name string
+	// Claim performs claim i; ref is its unique "<ns>/<name>".
+	Claim func(ctx context.Context, ref string) error
+}
+
+// NodeClaims measures the claim latency of the node itself (its handler
+// called in process: the node's server time), through its HTTP API over
+// loopback, and through the fleet router (claim.NodeFleet over 4 nodes),
+// at each concurrency level. Nodes use the NopDriver: warm VMs are map
+// entries, so the figures are the control path's, not a VMM's.
+func NodeClaims(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	f, err := simfleet.Start(simfleet.Options{Nodes: 4, MaxBootConcurrency: 64})
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	n0 := f.Nodes[0]
+	h := n0.Node.Handler()
+	fleet := claim.NewFleet(claim.FleetConfig{View: f.View, Token: simfleet.Token})
+
+	paths := []ClaimPath{
+		{Name: "node handler, in process (server time)", Claim: func(ctx context.Context, ref string) error {
+			body, _ := json.Marshal(node.ClaimRequest{Template: Key.Template, Net: Key.Net, Size: Key.Size, ClaimRef: ref})
+			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/claim", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+simfleet.Token)
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				return fmt.Errorf("claim answered %d: %s", rec.Code, rec.Body.String())
+			}
+			return nil
+		}},
+		{Name: "node HTTP API, loopback (node.Client)", Claim: func(ctx context.Context, ref string) error {
+			_, err := n0.Client.Claim(ctx, node.ClaimRequest{Template: Key.Template, Net: Key.Net, Size: Key.Size, ClaimRef: ref})
+			return err
+		}},
+		{Name: "fleet router, 4 nodes (claim.NodeFleet)", Claim: func(ctx context.Context, ref string) error {
+			_, err := fleet.Claim(ctx, claim.Request{Key: Key, Ref: ref})
+			return err
+		}},
+	}
+	t := stats.Table{
+		Title:  "Claim latency below the API (NopDriver nodes, real node code)",
+		Header: []string{"path", "c", "claims", "p50 ms", "p95 ms", "p99 ms", "claims/s", "CPU µs/claim", "alloc KB/claim", "errors"},
+	}
+	for pi, p := range paths {
+		for _, c := range cfg.Concurrency {
+			// Fill: every node holds enough warm VMs for the whole level.
+			perNode := int32(cfg.Claims + 64)
+			if err := f.SetWarm(ctx, Key, perNode); err != nil {
+				return err
+			}
+			if _, err := f.WaitWarm(ctx, Key, int(perNode)*len(f.Nodes), 5*time.Millisecond); err != nil {
+				return err
+			}
+			if err := f.PublishNow(ctx); err != nil {
+				return err
+			}
+			l := run(ctx, cfg.Claims, c, func(ctx context.Context, i int) error {
+				return p.Claim(ctx, fmt.Sprintf("bench/p%d-c%d-%d", pi, c, i))
+			})
+			cfg.logf("%s c=%d: %d ok, %d errors (%v)", p.Name, c, l.ok, l.errs, l.first)
+			t.Add(p.Name, c, l.ok, stats.Ms(l.lat.P50), stats.Ms(l.lat.P95), stats.Ms(l.lat.P99),
+				fmt.Sprintf("%.0f", l.rate()), perClaimMicros(l), perClaimKB(l), l.errs)
+			if err := f.SetWarm(ctx, Key, 0); err != nil {
+				return err
+			}
+		}
+	}
+	t.Note("Warm VMs are refilled in the background while claims run (as on a real node); CPU is the whole process's (client, nodes, refill) divided by claims.")
+	t.Note("Each claim writes its record to the node's bbolt store before answering (NoSync), as in production.")
+	return t.Print(cfg.Out)
+}
+
+func perClaimMicros(l load) string {
+	if l.ok == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", float64(l.cpu.Microseconds())/float64(l.ok))
+}
+
+func perClaimKB(l load) string {
+	if l.ok == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", float64(l.allocs)/1024/float64(l.ok))
+}

@@ -1,0 +1,123 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/hearthvm/hearth/bench/internal/stats"
+	"github.com/hearthvm/hearth/bench/internal/synth"
+	"github.com/hearthvm/hearth/claim"
+	"github.com/hearthvm/hearth/inventory"
+)
+
+// Lookup measures resolving one sandbox by claim id and by name in the
+// fleet view (inventory.View) and through the fleet (claim.NodeFleet ByID /
+// ByRef answered from the published view: no node call) with 1k … 1M
+// entries: ns/op, B/op and allocs/op, which must not grow with the fleet.
+func Lookup(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	sizes := []int{1_000, 10_000, 100_000, 1_000_000}
+	if cfg.Quick {
+		sizes = []int{1_000, 10_000}
+	}
+	t := stats.Table{
+		Title:  "One-sandbox lookup vs fleet size (synthetic inventories, 20 nodes)",
+		Header: []string{"entries", "lookup", "wall ns/op", "CPU ns/op", "B/op", "allocs/op"},
+	}
+	for _, n := range sizes {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		invs := synth.Split(20, n)
+		v := inventory.NewView(invs)
+		st := inventory.NewStatic()
+		st.Set(invs...)
+		fleet := claim.NewFleet(claim.FleetConfig{View: st})
+		// A sandbox in the middle of the fleet.
+		mid := invs[len(invs)/2]
+		e := mid.Entries[len(mid.Entries)/2]
+		cases := []struct {
+			name string
+			fn   func() bool
+		}{
+			{"View.ByID", func() bool { _, ok := v.ByID(e.ID); return ok }},
+			{"View.ByName", func() bool { _, ok := v.ByName(e.Name); return ok }},
+			{"NodeFleet.ByID (published)", func() bool { l, err := fleet.ByID(ctx, e.ID); return err == nil && l.ID == e.ID }},
+			{"NodeFleet.ByRef (published)", func() bool { l, err := fleet.ByRef(ctx, e.Name); return err == nil && l.ID == e.ID }},
+		}
+		for _, c := range cases {
+			if !c.fn() {
+				return fmt.Errorf("%s missed %s at %d entries", c.name, e.Name, n)
+			}
+			const batch = 1000
+			r := measure(func() {
+				for i := 0; i < batch; i++ {
+					c.fn()
+				}
+			}, 300*time.Millisecond)
+			t.Add(n, c.name, fmt.Sprintf("%.0f", float64(r.wall)/batch), fmt.Sprintf("%.0f", float64(r.cpu)/batch),
+				fmt.Sprintf("%.0f", r.bytes/batch), fmt.Sprintf("%.2f", r.objs/batch))
+		}
+		runtime.KeepAlive(invs)
+	}
+	t.Note("Goal: ≤ 16 KB and flat in the fleet size. Anchor: a lookup that materializes the fleet allocates ~1.4 KB per sandbox (139 MB at 100k).")
+	return t.Print(cfg.Out)
+}
+
+// ReDerive measures a watch tick: one node republishes (1 % of its
+// entries renewed), the view is rebuilt from every node's inventory and
+// diffed against the previous one. It also reports the heap a View holds
+// per entry (beyond the inventories) and the heap of the decoded
+// inventories themselves, from runtime.MemStats after GC.
+func ReDerive(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	shapes := []struct{ nodes, per int }{{20, 2_600}, {200, 5_000}, {200, 250}}
+	if cfg.Quick {
+		shapes = []struct{ nodes, per int }{{20, 100}, {200, 25}}
+	}
+	t := stats.Table{
+		Title: "Watch re-derive per tick and heap per entry (synthetic NodeInventory objects)",
+		Header: []string{"nodes × per node", "entries", "NewView CPU ms", "Diff CPU ms", "tick CPU ms", "tick wall ms", "tick alloc",
+			"view B/entry", "inventory B/entry", "events/tick"},
+	}
+	for _, s := range shapes {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		cfg.logf("re-derive %d × %d", s.nodes, s.per)
+		invs := synth.Fleet(s.nodes, s.per)
+		total := s.nodes * s.per
+		invHeap := heapOf(func() any { return synth.Fleet(s.nodes, s.per) })
+		viewHeap := heapOf(func() any { return inventory.NewView(invs) })
+		old := inventory.NewView(invs)
+		// The tick: node 0 republishes with every 100th entry renewed.
+		next := append([]*inventory.NodeInventory(nil), invs...)
+		next[0] = synth.Republish(invs[0], 100, 0)
+		var events int
+		build := measure(func() { inventory.NewView(next) }, time.Second)
+		nv := inventory.NewView(next)
+		diff := measure(func() { events = len(inventory.Diff(old, nv, nil)) }, time.Second)
+		t.Add(fmt.Sprintf("%d × %d", s.nodes, s.per), total,
+			stats.Ms(build.cpu), stats.Ms(diff.cpu), stats.Ms(build.cpu+diff.cpu), stats.Ms(build.wall+diff.wall),
+			stats.Bytes(build.bytes+diff.bytes),
+			fmt.Sprintf("%.0f", viewHeap/float64(total)), fmt.Sprintf("%.0f", invHeap/float64(total)), events)
+	}
+	t.Note("tick = NewView over all inventories + Diff(old, new) for one watcher with no selector. Goals: ≤ 10 ms at 200 nodes / 50k sandboxes, ≤ 150 B/entry held by the view.")
+	t.Note("Anchors: 1.6 ms at 20 nodes, 40 ms at 200 nodes × 50k sandboxes; 105 B per published inventory entry (the JSON object in etcd).")
+	return t.Print(cfg.Out)
+}
+
+// heapOf returns the live heap that the value built by mk holds, from
+// runtime.MemStats after GC.
+func heapOf(mk func() any) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	v := mk()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(v)
+	return float64(after.HeapAlloc) - float64(before.HeapAlloc)
+}

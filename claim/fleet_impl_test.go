@@ -1,0 +1,225 @@
+package claim_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hearthvm/hearth/apiserver/fleettest"
+	"github.com/hearthvm/hearth/claim"
+	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/node"
+)
+
+var spec = node.PoolSpec{Template: key.Template, Net: key.Net, Size: key.Size}
+
+func newFleet(f *fleettest.Fleet, seed uint64) *claim.NodeFleet {
+	return claim.NewFleet(claim.FleetConfig{View: f.View, Token: fleettest.Token, Seed: seed})
+}
+
+func TestFleet_EquallyWarmNodesAllGetClaims(t *testing.T) {
+	f := fleettest.Start(t, 4)
+	f.SetWarm(t, spec, 60, 60, 60, 60)
+	fl := newFleet(f, 7)
+	counts := map[string]int{}
+	for i := 0; i < 200; i++ {
+		d, err := fl.Claim(context.Background(), claim.Request{Key: key})
+		if err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+		counts[d.Node]++
+	}
+	for _, n := range f.Nodes {
+		if counts[n.Name] == 0 {
+			t.Errorf("node %s got no claims over 200: %v", n.Name, counts)
+		}
+	}
+}
+
+func TestFleet_WarmerNodeGetsMostClaims(t *testing.T) {
+	f := fleettest.Start(t, 2)
+	f.SetWarm(t, spec, 200, 200)
+	// Advertise 100 vs 1 (a stale publish), whatever the nodes hold.
+	invs := []*inventory.NodeInventory{f.Nodes[0].Inventory(), f.Nodes[1].Inventory()}
+	invs[0].Pools[0].Warm, invs[1].Pools[0].Warm = 100, 1
+	f.View.Set(invs...)
+	fl := newFleet(f, 11)
+	warm := 0
+	for i := 0; i < 200; i++ {
+		d, err := fl.Claim(context.Background(), claim.Request{Key: key})
+		if err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+		if d.Node == f.Nodes[0].Name {
+			warm++
+		}
+	}
+	if warm <= 130 {
+		t.Fatalf("warm 100 vs 1: the warm node delivered %d of 200, want > 130", warm)
+	}
+}
+
+func TestFleet_DrainedNodeIsSkippedThenNoWarmCapacity(t *testing.T) {
+	f := fleettest.Start(t, 2)
+	f.SetWarm(t, spec, 1, 1)
+	// Node 0 is drained behind the view's back: it answers 429.
+	if _, err := f.Nodes[0].Client.Claim(context.Background(), node.ClaimRequest{Template: key.Template, Net: key.Net, Size: key.Size}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Nodes[0].Client.PutPools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitWarm(t, f.Nodes[0], key.Template, 0)
+	fl := newFleet(f, 3)
+	for i := 0; i < 4; i++ { // whatever the sample, node 1 delivers
+		d, err := fl.Claim(context.Background(), claim.Request{Key: key, Ref: "ns/x"})
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		if d.Node != f.Nodes[1].Name {
+			t.Fatalf("delivered by %s, want node-1", d.Node)
+		}
+		if err := fl.Release(context.Background(), claim.Located{Sandbox: node.Sandbox{ID: d.ID, ClaimRef: "ns/x"}, Node: d.Node, NodeAddr: d.NodeAddr}); err != nil {
+			t.Fatal(err)
+		}
+		fleettest.WaitWarm(t, f.Nodes[1], key.Template, 1)
+	}
+	f.View.Set() // nothing advertised
+	_, err := fl.Claim(context.Background(), claim.Request{Key: key})
+	var nw *claim.ErrNoWarmCapacity
+	if !errors.As(err, &nw) {
+		t.Fatalf("claim with nothing advertised = %v, want ErrNoWarmCapacity", err)
+	}
+}
+
+func TestFleet_LookupsNeverWaitForAPublish(t *testing.T) {
+	f := fleettest.Start(t, 3)
+	f.SetWarm(t, spec, 2, 2, 2)
+	fl := newFleet(f, 5)
+	d, err := fl.Claim(context.Background(), claim.Request{Key: key, Ref: "ns/web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The view has not been published since the claim.
+	if _, ok := f.View.View().ByName("ns/web"); ok {
+		t.Fatal("test setup: the view already holds the claim")
+	}
+	for name, fleet := range map[string]*claim.NodeFleet{"claiming replica": fl, "second replica (empty index)": newFleet(f, 6)} {
+		loc, err := fleet.ByRef(ctx, "ns/web")
+		if err != nil || loc.ID != d.ID || loc.Node != d.Node {
+			t.Fatalf("%s: ByRef = %+v, %v; want %s on %s", name, loc, err, d.ID, d.Node)
+		}
+		loc, err = fleet.ByID(ctx, d.ID)
+		if err != nil || loc.ClaimRef != "ns/web" || loc.NodeAddr == "" {
+			t.Fatalf("%s: ByID = %+v, %v", name, loc, err)
+		}
+	}
+	if _, err := newFleet(f, 8).ByRef(ctx, "ns/nope"); !errors.Is(err, claim.ErrNotFound) {
+		t.Fatalf("ByRef(missing) = %v, want ErrNotFound", err)
+	}
+	if _, err := newFleet(f, 8).ByID(ctx, "sb_nope"); !errors.Is(err, claim.ErrNotFound) {
+		t.Fatalf("ByID(missing) = %v, want ErrNotFound", err)
+	}
+
+	// Verbs by claim id; node statuses come through.
+	loc, _ := fl.ByRef(ctx, "ns/web")
+	if err := fl.Hibernate(ctx, loc); err != nil {
+		t.Fatal(err)
+	}
+	if err := fl.Wake(ctx, loc); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := fl.Fork(ctx, loc, 2, 0)
+	if err != nil || len(kids) != 2 {
+		t.Fatalf("Fork = %+v, %v", kids, err)
+	}
+	for _, k := range kids {
+		if got, err := newFleet(f, 9).ByID(ctx, k.ID); err != nil || got.Node != d.Node {
+			t.Fatalf("fork child %s: ByID = %+v, %v", k.ID, got, err)
+		}
+		if k.ClaimRef != "" {
+			if got, err := newFleet(f, 9).ByRef(ctx, k.ClaimRef); err != nil || got.ID != k.ID {
+				t.Fatalf("fork child by ref %s: %+v, %v", k.ClaimRef, got, err)
+			}
+		}
+	}
+	ck, err := fl.Checkpoint(ctx, loc, "snap")
+	if err != nil || ck.ID == "" || ck.Node != d.Node {
+		t.Fatalf("Checkpoint = %+v, %v", ck, err)
+	}
+	cks, err := newFleet(f, 10).Checkpoints(ctx)
+	if err != nil || len(cks) != 1 || cks[0].ID != ck.ID {
+		t.Fatalf("Checkpoints = %+v, %v", cks, err)
+	}
+	if err := newFleet(f, 10).DeleteCheckpoint(ctx, ck.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := newFleet(f, 10).DeleteCheckpoint(ctx, ck.ID); !errors.Is(err, claim.ErrNotFound) {
+		t.Fatalf("second DeleteCheckpoint = %v, want ErrNotFound", err)
+	}
+	if _, err := fl.Stats(ctx, loc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fl.Renew(ctx, loc, 60); err != nil {
+		t.Fatal(err)
+	}
+	if err := fl.Release(ctx, loc); err != nil {
+		t.Fatal(err)
+	}
+	if err := fl.Release(ctx, loc); node.StatusOf(err) != http.StatusNotFound {
+		t.Fatalf("second release = %v, want the node's 404", err)
+	}
+	if _, err := fl.LiveByRef(ctx, "ns/web"); !errors.Is(err, claim.ErrNotFound) {
+		t.Fatalf("LiveByRef after release = %v, want ErrNotFound", err)
+	}
+	if err := fl.Release(ctx, claim.Located{Node: d.Node}); err == nil {
+		t.Fatal("release without a claim id succeeded")
+	}
+
+	// After a publish, List and view lookups see the children.
+	f.Publish()
+	all, err := fl.List(ctx)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("List = %d entries, %v; want the 2 fork children", len(all), err)
+	}
+	_ = metav1.Now
+}
+
+func TestFleet_ConcurrentClaimsAndLookups(t *testing.T) {
+	f := fleettest.Start(t, 2)
+	f.SetWarm(t, spec, 20, 20)
+	fl := newFleet(f, 1)
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ref := "ns/c" + string(rune('a'+i))
+			d, err := fl.Claim(context.Background(), claim.Request{Key: key, Ref: ref})
+			if err != nil {
+				errs <- err
+				return
+			}
+			loc, err := fl.ByRef(context.Background(), ref)
+			if err != nil || loc.ID != d.ID {
+				errs <- errors.New("lookup after claim missed " + ref)
+				return
+			}
+			f.Publish()
+			if err := fl.Release(context.Background(), loc); err != nil {
+				errs <- err
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,110 @@
+// Command sandboxd is the node daemon: warm microVM pools, O(1) claims and
+// the node HTTP API (package node).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/vmm/backends"
+	"github.com/hearthvm/hearth/vmm/sim"
+)
+
+func main() {
+	o := node.NewOptions()
+	o.AddFlags(flag.CommandLine)
+	klog.InitFlags(flag.CommandLine)
+	flag.Parse()
+	if err := run(o); err != nil {
+		klog.ErrorS(err, "sandboxd failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func run(o *node.Options) error {
+	if err := o.Complete(); err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	token, err := o.RootToken()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return err
+	}
+	agent, err := sim.ResolveAgent(o.AgentBin, o.DataDir)
+	if err != nil && o.VMM == sim.Name {
+		return err
+	}
+	driver, err := backends.Open(o.VMM, backends.Options{RootDir: filepath.Join(o.DataDir, "vms"), AgentCommand: agent})
+	if err != nil {
+		return err
+	}
+	cfg := o.Config(token)
+	cfg.Driver = driver
+	if o.Kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		if cfg.Publisher, err = inventory.NewApplyPublisher(rc, inventory.DefaultFieldManager); err != nil {
+			return err
+		}
+	}
+	n, err := node.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		_ = n.Close(context.Background())
+		return err
+	}
+	srv := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); _ = n.Run(ctx) }()
+	klog.InfoS("sandboxd serving", "listen", ln.Addr().String(), "node", o.NodeName, "vmm", o.VMM)
+
+	var failed error
+	select {
+	case <-ctx.Done():
+		klog.InfoS("Shutting down")
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			failed = err
+		}
+	}
+	stop()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = srv.Shutdown(sctx)
+	cancel()
+	<-runDone
+	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := n.Close(cctx); err != nil && failed == nil {
+		failed = err
+	}
+	return failed
+}

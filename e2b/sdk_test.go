@@ -1,0 +1,46 @@
+package e2b
+
+import (
+	"context"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// sdkTemplate is the template the SDK acceptance test creates from.
+const sdkTemplate = "ghcr.io/cocoonstack/sandbox/rt:24.04"
+
+// TestSDK runs the real e2b JS SDK (e2e/e2b, e2b@2.51.0) against the
+// gateway. It runs when HEARTH_E2B_SDK_TEST=1 and e2e/e2b/node_modules is
+// installed (hack/test.d/50-e2b-sdk.sh does both).
+func TestSDK(t *testing.T) {
+	if os.Getenv("HEARTH_E2B_SDK_TEST") != "1" {
+		t.Skip("set HEARTH_E2B_SDK_TEST=1 (and npm ci in e2e/e2b) to run the e2b SDK acceptance test")
+	}
+	dir, err := filepath.Abs(filepath.Join("..", "e2e", "e2b"))
+	require.NoError(t, err)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b")); err != nil {
+		t.Fatalf("e2b SDK not installed: run npm ci in %s", dir)
+	}
+	fleet := newNodeFleet(t)
+	h, err := New(Config{Fleet: fleet, APIKeys: []string{"hearth-sdk-key"}, Domain: "hearth.local"})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", "sdk.test.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"E2B_API_URL="+srv.URL, "E2B_SANDBOX_URL="+srv.URL, "E2B_API_KEY=hearth-sdk-key",
+		"HEARTH_E2B_TEMPLATE="+sdkTemplate, "E2B_DEBUG=")
+	out, err := cmd.CombinedOutput()
+	t.Logf("node --test output:\n%s", out)
+	require.NoError(t, err, "the e2b SDK test failed")
+}

@@ -1,0 +1,60 @@
+package node
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/hearthvm/hearth/pool"
+)
+
+// The request decoders never panic, answer 400 for everything they refuse,
+// and only accept normalized, valid input. Seeds: testdata/fuzz/.
+func FuzzParseClaim(f *testing.F) {
+	for _, s := range []string{`{"template":"img"}`, `{"template":"img","net":"egress","size":"large","ttl_seconds":5,"claim_ref":"a/b","env":{"A":"1"},"metadata":{"k":"v"}}`, `{`, `null`, `{"template":"img","ttl_seconds":-1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in, err := parseClaim(b)
+		if err != nil {
+			if statusOf(err) != http.StatusBadRequest {
+				t.Fatalf("status %d for %q", statusOf(err), b)
+			}
+			return
+		}
+		checkKey(t, in.key)
+		if in.ttl < 0 || validRef(in.ref) != nil {
+			t.Fatalf("accepted %+v", in)
+		}
+	})
+}
+
+func FuzzParsePools(f *testing.F) {
+	for _, s := range []string{`{"pools":[]}`, `{"pools":[{"template":"a","warm":3},{"template":"a","net":"egress","warm":1}]}`, `{"pools":[{"template":"a","warm":1},{"template":"a","net":"none","warm":1}]}`, `{}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ts, err := parsePools(b)
+		if err != nil {
+			if statusOf(err) != http.StatusBadRequest {
+				t.Fatalf("status %d for %q", statusOf(err), b)
+			}
+			return
+		}
+		seen := map[pool.Key]bool{}
+		for _, p := range ts {
+			k := pool.Key{Template: p.Template, Net: p.Net, Size: p.Size}
+			checkKey(t, k)
+			if seen[k] || p.Warm < 0 {
+				t.Fatalf("accepted %+v", ts)
+			}
+			seen[k] = true
+		}
+	})
+}
+
+func checkKey(t *testing.T, k pool.Key) {
+	t.Helper()
+	if k.Template == "" || (k.Net != "none" && k.Net != "egress") || (k.Size != "small" && k.Size != "medium" && k.Size != "large") {
+		t.Fatalf("accepted key %+v", k)
+	}
+}

@@ -1,0 +1,342 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hearthvm/hearth/internal/testagent"
+	"github.com/hearthvm/hearth/vmm"
+	"github.com/hearthvm/hearth/vmm/sim"
+)
+
+func TestMain(m *testing.M) { testagent.Main(m) }
+
+// gatedDriver holds Clone while gated, so a test controls when the pool refills.
+type gatedDriver struct {
+	*sim.Driver
+	gated   atomic.Bool
+	release chan struct{}
+}
+
+func (g *gatedDriver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Handle, error) {
+	if g.gated.Load() {
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return vmm.Handle{}, ctx.Err()
+		}
+	}
+	return g.Driver.Clone(ctx, dir, spec)
+}
+
+func newSim(t testing.TB, root string) *gatedDriver {
+	t.Helper()
+	d, err := sim.New(sim.Options{Root: root, AgentCommand: []string{testagent.Path(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killMentioning(root) })
+	return &gatedDriver{Driver: d, release: make(chan struct{})}
+}
+
+// killMentioning SIGKILLs live processes whose command line mentions s (the
+// test's own temp dirs): a safety net so a failed test leaks nothing.
+func killMentioning(s string) {
+	for _, pid := range procsMentioning(s) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func procsMentioning(s string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(b), s) {
+			continue
+		}
+		if st, _ := os.ReadFile("/proc/" + e.Name() + "/stat"); strings.Contains(string(st), ") Z") {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// liveVMs returns the VM ids of the agents running under root (from their
+// --addr-file argument).
+func liveVMs(root string) map[string]bool {
+	out := map[string]bool{}
+	for _, pid := range procsMentioning(root) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(string(b), "\x00")
+		for i, a := range args {
+			if a == "--addr-file" && i+1 < len(args) {
+				out[filepath.Base(filepath.Dir(args[i+1]))] = true
+			}
+		}
+	}
+	return out
+}
+
+func agentHealth(addr string) int {
+	c := &http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + addr + "/health")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestNode_Sim_EndToEnd(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "vms")
+	drv := newSim(t, root)
+	tn := startNode(t, drv, nil)
+	if _, err := tn.root.PutPools(bg, pools("img", 3)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 3)
+	drv.gated.Store(true) // no refill until released
+
+	var got []ClaimResult
+	for i := 0; i < 3; i++ {
+		res, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: fmt.Sprintf("ns/s%d", i), TTLSeconds: 600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(res.ID, "sb_") || len(res.ID) != 3+16 || res.Token == "" || res.Node != "n1" {
+			t.Fatalf("claim result %+v", res)
+		}
+		for _, g := range got {
+			if g.ID == res.ID || g.OwnerAddr == res.OwnerAddr || g.Token == res.Token {
+				t.Fatalf("claims share identity: %+v %+v", g, res)
+			}
+		}
+		if code := agentHealth(res.OwnerAddr); code != http.StatusNoContent {
+			t.Fatalf("claimed agent health = %d", code)
+		}
+		got = append(got, res)
+	}
+	if _, err := tn.root.Claim(bg, ClaimRequest{Template: "img"}); !errors.Is(err, ErrNoCapacity) {
+		t.Fatalf("4th claim: %v", err)
+	}
+	close(drv.release)
+	drv.gated.Store(false)
+
+	// Lookup by claim ref at once.
+	byRef, err := tn.root.GetByRef(bg, "ns/s1")
+	if err != nil || len(byRef) != 1 || byRef[0].ID != got[1].ID || byRef[0].Addr != got[1].OwnerAddr {
+		t.Fatalf("by ref: %+v %v", byRef, err)
+	}
+	if _, err := tn.root.GetByRef(bg, "ns/none"); StatusOf(err) != 404 {
+		t.Fatalf("unknown ref: %v", err)
+	}
+
+	// Wrong tokens: 401 / 404, and nothing happened.
+	if code, _ := rawDo(t, "POST", tn.srv.URL+"/v1/sandboxes/"+got[0].ID+"/release", "wrong", ""); code != 401 {
+		t.Fatalf("release with an unknown token = %d", code)
+	}
+	if code, _ := rawDo(t, "POST", tn.srv.URL+"/v1/sandboxes/"+got[0].ID+"/release", got[1].Token, ""); code != 404 {
+		t.Fatalf("release with another sandbox's token = %d", code)
+	}
+	if code := agentHealth(got[0].OwnerAddr); code != http.StatusNoContent {
+		t.Fatal("a refused release acted")
+	}
+
+	// Malformed JSON: a JSON 400.
+	if code, body := rawDo(t, "POST", tn.srv.URL+"/v1/claim", testRoot, `{"template":`); code != 400 || !strings.HasPrefix(body, `{"error":`) {
+		t.Fatalf("malformed claim = %d %s", code, body)
+	}
+
+	// Hibernate stops the guest; wake brings it back.
+	if err := tn.root.Hibernate(bg, got[2].ID); err != nil {
+		t.Fatal(err)
+	}
+	if code := agentHealth(got[2].OwnerAddr); code != 0 {
+		t.Fatalf("hibernated agent answered %d", code)
+	}
+	if err := tn.root.Wake(bg, got[2].ID); err != nil {
+		t.Fatal(err)
+	}
+	if code := agentHealth(got[2].OwnerAddr); code != http.StatusNoContent {
+		t.Fatalf("woken agent = %d", code)
+	}
+	st, err := tn.root.Stats(bg, got[2].ID)
+	if err != nil || st.RSSBytes <= 0 || st.CPUCount != 1 || st.ID != got[2].ID {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+
+	// Fork copies the guest's files into each child.
+	tn.mu.Lock()
+	parentDir := tn.tab.byID[got[0].ID].rec.Handle.Dir
+	tn.mu.Unlock()
+	if err := os.WriteFile(filepath.Join(parentDir, "home", "note.txt"), []byte("from parent"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := tn.root.Fork(bg, got[0].ID, ForkRequest{Count: 2})
+	if err != nil || len(kids) != 2 {
+		t.Fatalf("fork %v %v", kids, err)
+	}
+	for _, c := range kids {
+		if agentHealth(c.OwnerAddr) != http.StatusNoContent || c.ClaimRef != "ns/"+c.ID {
+			t.Fatalf("child %+v", c)
+		}
+		tn.mu.Lock()
+		dir := tn.tab.byID[c.ID].rec.Handle.Dir
+		tn.mu.Unlock()
+		if b, _ := os.ReadFile(filepath.Join(dir, "home", "note.txt")); string(b) != "from parent" {
+			t.Fatalf("child home lacks the parent's file: %q", b)
+		}
+	}
+
+	// Checkpoint and branch.
+	ck, err := tn.root.Checkpoint(bg, got[0].ID, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if agentHealth(got[0].OwnerAddr) != http.StatusNoContent {
+		t.Fatal("the checkpoint source stopped running")
+	}
+	br, err := tn.root.Branch(bg, ck.ID, 0)
+	if err != nil || agentHealth(br.OwnerAddr) != http.StatusNoContent {
+		t.Fatalf("branch %+v %v", br, err)
+	}
+
+	// Release: 204, then 404, and the agent is gone.
+	if err := tn.root.Release(bg, got[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.root.Release(bg, got[1].ID); StatusOf(err) != 404 {
+		t.Fatalf("second release: %v", err)
+	}
+	if agentHealth(got[1].OwnerAddr) != 0 {
+		t.Fatal("a released agent still answers")
+	}
+
+	// A short lease is reaped by the node itself.
+	tn.waitWarm(t, "img", 3)
+	short, err := tn.root.Claim(bg, ClaimRequest{Template: "img", TTLSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, err := tn.root.Get(bg, short.ID); return StatusOf(err) == 404 })
+	waitFor(t, func() bool { return agentHealth(short.OwnerAddr) == 0 })
+
+	// Metrics carry the pool gauges and claim counters.
+	_, body := rawDo(t, "GET", tn.srv.URL+"/metrics", "", "")
+	for _, want := range []string{`hearth_node_pool_warm{net="none",size="small",template="img"}`, `hearth_node_claims_total{result="delivered"} 4`,
+		`hearth_node_claims_total{result="no_capacity"} 1`, "hearth_node_claim_duration_seconds_bucket", "hearth_node_boots_total"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// A node that dies (no Close) leaves claimed agents running; the next node
+// on the same data dir re-adopts them with their deadlines and checkpoints
+// and leaves no orphan agent behind.
+func TestNode_Sim_RestartAfterCrash(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "vms")
+	cfg := Config{Name: "n1", DataDir: filepath.Join(base, "data"), RootToken: testRoot, Driver: newSim(t, root),
+		ReapInterval: 50 * time.Millisecond, RefillInterval: 50 * time.Millisecond}
+	a := runNode(t, cfg)
+	if _, err := a.root.PutPools(bg, pools("img", 2)); err != nil {
+		t.Fatal(err)
+	}
+	a.waitWarm(t, "img", 2)
+	c1, err := a.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/one", TTLSeconds: 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := a.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/two"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.root.Hibernate(bg, c2.ID); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := a.root.Checkpoint(bg, c1.ID, "keep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.waitWarm(t, "img", 2)
+	a.mu.Lock()
+	var oldWarm []string
+	for _, p := range a.tab.pools {
+		for _, h := range p.warm {
+			oldWarm = append(oldWarm, h.ID)
+		}
+	}
+	a.mu.Unlock()
+	a.crash()
+	if agentHealth(c1.OwnerAddr) != http.StatusNoContent {
+		t.Fatal("a claimed agent died with its node")
+	}
+
+	cfg.Driver = newSim(t, root) // a fresh driver, as in a new process
+	b := runNode(t, cfg)
+	list, err := b.root.List(bg)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list after restart: %+v %v", list, err)
+	}
+	g1, err := b.root.Get(bg, c1.ID)
+	if err != nil || !g1.Deadline.Equal(c1.Deadline) || g1.Addr != c1.OwnerAddr || g1.ClaimRef != "ns/one" {
+		t.Fatalf("c1 after restart: %+v %v", g1, err)
+	}
+	if agentHealth(g1.Addr) != http.StatusNoContent {
+		t.Fatal("re-adopted agent does not answer")
+	}
+	g2, err := b.root.Get(bg, c2.ID)
+	if err != nil || !g2.Hibernated || !g2.Deadline.Equal(c2.Deadline) {
+		t.Fatalf("c2 after restart: %+v %v", g2, err)
+	}
+	if err := b.root.Wake(bg, c2.ID); err != nil || agentHealth(g2.Addr) != http.StatusNoContent {
+		t.Fatalf("wake after restart: %v", err)
+	}
+	cks, err := b.root.Checkpoints(bg)
+	if err != nil || len(cks) != 1 || cks[0].ID != ck.ID {
+		t.Fatalf("checkpoints after restart: %+v %v", cks, err)
+	}
+	b.waitWarm(t, "img", 2)
+	waitFor(t, func() bool {
+		info, _ := b.root.Info(bg)
+		return len(info.Pools) == 1 && info.Pools[0].Refilling == 0
+	})
+	b.mu.Lock()
+	want := b.tab.vmIDs()
+	for _, p := range b.tab.pools {
+		for _, h := range p.warm {
+			want[h.ID] = true
+		}
+	}
+	b.mu.Unlock()
+	live := liveVMs(root)
+	for id := range live {
+		if !want[id] {
+			t.Errorf("orphan agent %s survived the restart", id)
+		}
+	}
+	for _, id := range oldWarm {
+		if live[id] {
+			t.Errorf("the crashed node's warm VM %s was not destroyed", id)
+		}
+	}
+	if len(live) != len(want) {
+		t.Errorf("live agents %v, want %v", live, want)
+	}
+}
