@@ -180,6 +180,9 @@ func (f *NodeFleet) ask(ctx context.Context, nodeName, addr, key string, byRef b
 	if byRef {
 		sbs, err := c.GetByRef(ctx, key)
 		if err != nil {
+			if node.StatusOf(err) == http.StatusNotFound {
+				return Located{}, ErrNotFound
+			}
 			return Located{}, err
 		}
 		found := false

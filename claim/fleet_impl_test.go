@@ -223,3 +223,26 @@ func TestFleet_ConcurrentClaimsAndLookups(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestFleet_UnreachableNodeMakesMissIncomplete(t *testing.T) {
+	f := fleettest.Start(t, 1)
+	f.SetWarm(t, spec, 1)
+	ln := f.Nodes[0].Inventory()
+	dead := &inventory.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: "dead"}, Node: "dead", Address: "127.0.0.1:1",
+		Pools: []inventory.Pool{{Template: key.Template, Net: "none", Size: "small", Warm: 50}}}
+	f.View.Set(ln, dead)
+	fl := newFleet(f, 2)
+	// The dead node advertises more, so it is sampled; its dial error re-samples.
+	for i := 0; i < 1; i++ {
+		if _, err := fl.Claim(context.Background(), claim.Request{Key: key, Ref: "ns/x"}); err != nil {
+			t.Fatalf("claim with a dead candidate: %v", err)
+		}
+	}
+	_, err := newFleet(f, 3).LiveByRef(context.Background(), "ns/missing")
+	if !errors.Is(err, claim.ErrNotFound) || !errors.Is(err, claim.ErrIncomplete) {
+		t.Fatalf("miss with a dead node = %v, want ErrNotFound and ErrIncomplete", err)
+	}
+	if loc, err := newFleet(f, 4).ByRef(context.Background(), "ns/x"); err != nil || loc.Node != "node-0" {
+		t.Fatalf("ByRef with a dead node = %+v, %v", loc, err)
+	}
+}

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"fmt"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -221,9 +222,14 @@ func (g *gw) run(id, token, cmd string) (int, string, string) {
 	}
 	var stdout string
 	var exit string
+	frames := 0
 	for {
+		frames++
 		var hdr [5]byte
 		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
+			if err != io.EOF {
+				return 200, stdout, fmt.Sprintf("read error after %d frames: %v", frames, err)
+			}
 			break
 		}
 		body := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
@@ -248,6 +254,9 @@ func (g *gw) run(id, token, cmd string) (int, string, string) {
 		if m.Event.End != nil {
 			exit = string(rune('0' + m.Event.End.ExitCode))
 		}
+	}
+	if exit == "" {
+		exit = "no end event; trailer " + resp.Header.Get("Content-Type") + " " + stdout
 	}
 	return 200, stdout, exit
 }

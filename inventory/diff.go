@@ -29,14 +29,24 @@ type Event struct {
 //
 // Events come in view order: Added/Modified in new's order, then Deleted in
 // old's order. Diff is pure and does not modify either view; nil views are
-// empty.
+// empty. keep must depend only on the item's content (node name and
+// entry), not on pointers.
+//
+// Cost: when no name is duplicated in either view, the entries of a node
+// whose inventory object is the same in both views cannot change, so Diff
+// skips them: a tick after one node republished costs that node's entries,
+// not the fleet's.
 func Diff(old, new *View, keep func(Item) bool) []Event {
 	var out []Event
+	skipNew, skipOld := unchanged(old, new)
 	for i := 0; i < new.Len(); i++ {
+		if skipNew != nil && skipNew[new.slots[i].node] {
+			continue
+		}
 		it := new.At(i)
 		name := it.Entry.Name
 		first, ok := new.first(name, keep)
-		if !ok || first.Entry != it.Entry {
+		if !ok || first.Entry != it.Entry || first.Node != it.Node {
 			continue // not this name's speaker
 		}
 		prev, ok := old.first(name, keep)
@@ -48,10 +58,13 @@ func Diff(old, new *View, keep func(Item) bool) []Event {
 		}
 	}
 	for i := 0; i < old.Len(); i++ {
+		if skipOld != nil && skipOld[old.slots[i].node] {
+			continue
+		}
 		it := old.At(i)
 		name := it.Entry.Name
 		first, ok := old.first(name, keep)
-		if !ok || first.Entry != it.Entry {
+		if !ok || first.Entry != it.Entry || first.Node != it.Node {
 			continue
 		}
 		if _, ok := new.first(name, keep); !ok {
@@ -73,4 +86,37 @@ func (v *View) first(name string, keep func(Item) bool) (Item, bool) {
 		return true
 	})
 	return found, ok
+}
+
+// unchanged marks, by node index in each view, the nodes built from the
+// same inventory object under the same name in both views. It returns nils
+// when a skip would be unsafe: a view with a duplicated name (the speaker
+// of a name could change without its own node changing) or a nil view.
+func unchanged(old, new *View) (skipNew, skipOld []bool) {
+	if old == nil || new == nil || old.dups || new.dups {
+		return nil, nil
+	}
+	skipNew, skipOld = make([]bool, len(new.nodes)), make([]bool, len(old.nodes))
+	any := false
+	// Both node lists are sorted by name: merge them.
+	for i, j := 0, 0; i < len(old.nodes) && j < len(new.nodes); {
+		o, n := &old.nodes[i], &new.nodes[j]
+		switch {
+		case o.Name < n.Name:
+			i++
+		case o.Name > n.Name:
+			j++
+		default:
+			if o.inv == n.inv {
+				skipOld[i], skipNew[j] = true, true
+				any = true
+			}
+			i++
+			j++
+		}
+	}
+	if !any {
+		return nil, nil
+	}
+	return skipNew, skipOld
 }

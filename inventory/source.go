@@ -38,7 +38,7 @@ func NewStatic(invs ...*NodeInventory) *Static {
 
 // Set replaces the View with one built from invs.
 func (s *Static) Set(invs ...*NodeInventory) {
-	s.v.Store(NewView(invs))
+	s.v.Store(s.v.Load().Next(invs))
 }
 
 // View returns the current View (never nil).
@@ -158,7 +158,7 @@ func (s *Source) rebuild() {
 		}
 	}
 	sort.Slice(invs, func(i, j int) bool { return invs[i].Name < invs[j].Name })
-	s.view.Store(NewView(invs))
+	s.view.Store(s.view.Load().Next(invs))
 }
 
 func (s *Source) convert(o any) (*NodeInventory, string, bool) {

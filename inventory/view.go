@@ -71,12 +71,19 @@ func NewView(invs []*NodeInventory) *View { return build(invs, nil) }
 // A nil v is NewView.
 func (v *View) Next(invs []*NodeInventory) *View { return build(invs, v) }
 
-// offsets maps each node's inventory object to the index of its first slot.
-func (v *View) offsets() map[*NodeInventory]int32 {
-	out := make(map[*NodeInventory]int32, len(v.nodes))
+// segment is where one node's entries sit in a View's slots.
+type segment struct {
+	off  int32  // index of the node's first slot
+	n    int32  // number of entries
+	node string // the node's name in that View
+}
+
+// segments maps each node's inventory object to its segment.
+func (v *View) segments() map[*NodeInventory]segment {
+	out := make(map[*NodeInventory]segment, len(v.nodes))
 	off := int32(0)
 	for i := range v.nodes {
-		out[v.nodes[i].inv] = off
+		out[v.nodes[i].inv] = segment{off: off, n: int32(len(v.nodes[i].inv.Entries)), node: v.nodes[i].Name}
 		off += int32(len(v.nodes[i].inv.Entries))
 	}
 	return out
@@ -97,15 +104,16 @@ func build(invs []*NodeInventory, prev *View) *View {
 	v.byID = make(map[string]int32, n)
 	// last slot of each name chain, so duplicates append in order.
 	var tails map[int32]int32
-	var reuse map[*NodeInventory]int32
+	var reuse map[*NodeInventory]segment
 	if prev != nil && len(prev.slots) > 0 {
-		reuse = prev.offsets()
+		reuse = prev.segments()
 	}
 	for ni := range v.nodes {
 		nd := &v.nodes[ni]
-		off, same := reuse[nd.inv]
-		// A reused object hashes the same unless its node name changed.
-		same = same && prev.nodes[prev.slots[off].node].Name == nd.Name
+		seg, same := reuse[nd.inv]
+		// A reused object hashes the same (its node name is hashed too).
+		same = same && seg.node == nd.Name && int(seg.n) == len(nd.inv.Entries)
+		off := seg.off
 		for ei := range nd.inv.Entries {
 			e := &nd.inv.Entries[ei]
 			si := int32(len(v.slots))

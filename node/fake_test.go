@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/klog/v2/ktesting"
+
 	"github.com/hearthvm/hearth/vmm"
 )
 
@@ -185,6 +187,9 @@ func startNode(t testing.TB, drv vmm.Driver, mut func(*Config)) *testNode {
 
 func runNode(t testing.TB, cfg Config) *testNode {
 	t.Helper()
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = ktesting.NewLogger(t, ktesting.NewConfig())
+	}
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -281,11 +281,12 @@ func (n *Node) handleClaim(w http.ResponseWriter, r *http.Request) {
 
 func (n *Node) handleList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	_, byRef := q["claim_ref"]
+	ref := q.Get("claim_ref")
 	n.mu.Lock()
 	var sbs []*sandbox
-	ref, byRef := q["claim_ref"]
 	if byRef {
-		sbs = n.tab.ref(strings.Join(ref, ""))
+		sbs = n.tab.ref(ref)
 	} else {
 		sbs = n.tab.all()
 	}
@@ -295,7 +296,7 @@ func (n *Node) handleList(w http.ResponseWriter, r *http.Request) {
 	}
 	n.mu.Unlock()
 	if byRef && len(out.Sandboxes) == 0 {
-		writeError(w, http.StatusNotFound, "no sandbox recorded under claim_ref "+strings.Join(ref, ""))
+		writeError(w, http.StatusNotFound, "no sandbox recorded under claim_ref "+ref)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -212,6 +212,9 @@ func TestPools_ValidationAndDrain(t *testing.T) {
 	}
 	tn.waitWarm(t, "a", 3)
 	tn.waitWarm(t, "b", 1)
+	if b, c := drv.boots.Load(), drv.clones.Load(); b != 2 || c != 4 {
+		t.Fatalf("boots %d clones %d: want one golden boot per pool and clones for the rest", b, c)
+	}
 	info, _ := tn.root.Info(bg)
 	if len(info.Pools) != 2 || info.Pools[1] != (PoolInfo{Template: "b", Net: "egress", Size: "medium", Warm: 1, Target: 1}) {
 		t.Fatalf("info pools = %+v", info.Pools)

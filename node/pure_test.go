@@ -192,3 +192,32 @@ func TestNamespaceOf(t *testing.T) {
 		}
 	}
 }
+
+func TestOptionsValidate(t *testing.T) {
+	good := NewOptions()
+	good.NodeName = "n"
+	if err := good.Complete(); err != nil || good.AdvertiseAddress != good.Listen {
+		t.Fatalf("Complete: %v %+v", err, good)
+	}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*Options){
+		"listen":      func(o *Options) { o.Listen = "nope" },
+		"lease":       func(o *Options) { o.DefaultLease = 0 },
+		"max < def":   func(o *Options) { o.MaxLease = time.Second },
+		"concurrency": func(o *Options) { o.MaxBootConcurrency = 0 },
+		"debounce":    func(o *Options) { o.InventoryDebounce = -1 },
+		"data dir":    func(o *Options) { o.DataDir = "" },
+	} {
+		o := *good
+		mut(&o)
+		if o.Validate() == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	cfg := good.Config("tok")
+	if cfg.Limits != DefaultLimits || cfg.RootToken != "tok" || cfg.Name != "n" || cfg.MaxBootConcurrency != 4 {
+		t.Fatalf("Config = %+v", cfg)
+	}
+}

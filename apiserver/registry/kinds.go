@@ -30,11 +30,10 @@ func resources() []resource {
 	ext := extv1beta1.GroupVersion
 	return []resource{
 		{
-			gvr:        ext.WithResource("sandboxtemplates"),
-			singular:   "sandboxtemplate",
-			categories: []string{"sandbox"},
-			newObj:     func() runtime.Object { return &extv1beta1.SandboxTemplate{} },
-			newList:    func() runtime.Object { return &extv1beta1.SandboxTemplateList{} },
+			gvr:      ext.WithResource("sandboxtemplates"),
+			singular: "sandboxtemplate",
+			newObj:   func() runtime.Object { return &extv1beta1.SandboxTemplate{} },
+			newList:  func() runtime.Object { return &extv1beta1.SandboxTemplateList{} },
 			kind: kindSpec{
 				namespaced: true,
 				apiVersion: ext.String(),
@@ -45,7 +44,6 @@ func resources() []resource {
 			gvr:        ext.WithResource("sandboxwarmpools"),
 			singular:   "sandboxwarmpool",
 			shortNames: []string{"swp"},
-			categories: []string{"sandbox"},
 			newObj:     func() runtime.Object { return &extv1beta1.SandboxWarmPool{} },
 			newList:    func() runtime.Object { return &extv1beta1.SandboxWarmPoolList{} },
 			scale:      true,

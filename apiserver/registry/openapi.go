@@ -143,8 +143,7 @@ func OpenAPIDefinitions(ref common.ReferenceCallback) (map[string]common.OpenAPI
 		s.Properties["metadata"] = refTo(ref, objectMeta)
 		s.Properties["apiVersion"] = str()
 		s.Properties["kind"] = str()
-		// CEL rules are a CRD feature; the registry validates in Go.
-		delete(s.Extensions, "x-kubernetes-validations")
+		stripForV2(&s)
 		out[name(pair[0])] = common.OpenAPIDefinition{Schema: s, Dependencies: []string{objectMeta}}
 		addList(pair[0], pair[1])
 	}
@@ -200,3 +199,29 @@ func refTo(ref common.ReferenceCallback, n string) spec.Schema {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// stripForV2 removes what OpenAPI v2 cannot carry (anyOf, oneOf, allOf,
+// not — the CRDs use anyOf only beside x-kubernetes-int-or-string, which
+// already says it) and CEL rules (the registry validates in Go), like a
+// kube-apiserver does when it publishes a CRD. Without it /openapi/v2 in
+// protobuf (what kubectl downloads) fails.
+func stripForV2(s *spec.Schema) {
+	if s == nil {
+		return
+	}
+	s.AnyOf, s.OneOf, s.AllOf, s.Not = nil, nil, nil, nil
+	delete(s.Extensions, "x-kubernetes-validations")
+	for k, p := range s.Properties {
+		stripForV2(&p)
+		s.Properties[k] = p
+	}
+	if s.Items != nil {
+		stripForV2(s.Items.Schema)
+		for i := range s.Items.Schemas {
+			stripForV2(&s.Items.Schemas[i])
+		}
+	}
+	if s.AdditionalProperties != nil {
+		stripForV2(s.AdditionalProperties.Schema)
+	}
+}

@@ -3,6 +3,8 @@ package registry_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hearthvm/hearth/apiserver/registry/registrytest"
@@ -269,5 +272,26 @@ spec: {holderIdentity: me, leaseDurationSeconds: 15}
 `)
 	if _, err := dc.Resource(gvrLease).Namespace("default").Create(ctx, lease, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestRegistry_OpenAPIV2ProtobufServes(t *testing.T) {
+	s := registrytest.Start(t)
+	hc, err := rest.HTTPClientFor(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kubectl downloads /openapi/v2 as protobuf for client-side validation;
+	// a schema v2 cannot carry (anyOf) makes that a 503.
+	req, _ := http.NewRequest(http.MethodGet, s.Config.Host+"/openapi/v2", nil)
+	req.Header.Set("Accept", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/openapi/v2 protobuf: %d %s", resp.StatusCode, body)
 	}
 }

@@ -380,13 +380,17 @@ func (d *Driver) apply(ctx context.Context, nodes []schedNode, plan pool.Plan) m
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	now := time.Now()
+	var due []*schedNode
 	for i := range nodes {
 		n := &nodes[i]
-		targets := plan.Targets[n.name]
 		prev, ok := d.sent[n.name]
-		if ok && prev.addr == n.addr && reflect.DeepEqual(prev.targets, targets) && now.Sub(prev.at) < d.cfg.Interval {
+		if ok && prev.addr == n.addr && reflect.DeepEqual(prev.targets, plan.Targets[n.name]) && now.Sub(prev.at) < d.cfg.Interval {
 			continue
 		}
+		due = append(due, n)
+	}
+	for _, n := range due {
+		targets := plan.Targets[n.name]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -120,6 +120,9 @@ func New(opts Options) (*Driver, error) {
 // Name returns "sim".
 func (d *Driver) Name() string { return Name }
 
+// Accel reports the acceleration in use: none (guests are host processes).
+func (d *Driver) Accel() string { return "none" }
+
 // Root returns the directory the driver owns.
 func (d *Driver) Root() string { return d.root }
 
@@ -379,7 +382,7 @@ func (d *Driver) start(ctx context.Context, dir string, r *record) error {
 func (d *Driver) waitReady(ctx context.Context, dir string, exited <-chan struct{}) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.bootTimeout)
 	defer cancel()
-	delay := 5 * time.Millisecond
+	delay := time.Millisecond
 	for {
 		if b, err := os.ReadFile(filepath.Join(dir, addrFile)); err == nil && len(b) > 0 {
 			addr := strings.TrimSpace(string(b))
@@ -394,8 +397,8 @@ func (d *Driver) waitReady(ctx context.Context, dir string, exited <-chan struct
 			return "", fmt.Errorf("sim: agent for %s not healthy: %w (log: %s)", filepath.Base(dir), ctx.Err(), logTail(dir))
 		case <-time.After(delay):
 		}
-		if delay < 50*time.Millisecond {
-			delay *= 2
+		if delay < 25*time.Millisecond {
+			delay += delay / 2
 		}
 	}
 }

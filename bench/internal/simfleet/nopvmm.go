@@ -71,7 +71,9 @@ func (d *NopDriver) paused(h vmm.Handle, p bool) (vmm.Handle, error) {
 }
 
 // Pause marks the VM paused.
-func (d *NopDriver) Pause(_ context.Context, h vmm.Handle) (vmm.Handle, error) { return d.paused(h, true) }
+func (d *NopDriver) Pause(_ context.Context, h vmm.Handle) (vmm.Handle, error) {
+	return d.paused(h, true)
+}
 
 // Resume marks the VM running.
 func (d *NopDriver) Resume(_ context.Context, h vmm.Handle) (vmm.Handle, error) {

@@ -16,6 +16,8 @@ type Benchmark struct {
 // All lists the benchmarks in the order Run runs them.
 var All = []Benchmark{
 	{"nodeclaim", "claim latency: node handler in process, node HTTP API, fleet router", NodeClaims},
+	{"apiclaim", "client-go Create → 201 through the aggregated API; read-after-create", APIClaims},
+	{"devclaim", "client-go Create → 201 through sandbox-dev (sim VMs); read-after-create; etcd writes per claim", DevClaims},
 	{"lookup", "one-sandbox lookup by id and by name at 1k … 1M entries", Lookup},
 	{"rederive", "watch re-derive per tick and heap per entry", ReDerive},
 }

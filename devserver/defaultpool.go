@@ -1,0 +1,50 @@
+package devserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hearthvm/hearth/examples/l3"
+	"github.com/hearthvm/hearth/pool/driver"
+)
+
+// DefaultPoolManager is the server-side-apply field manager of the default pool.
+const DefaultPoolManager = "sandbox-dev"
+
+// applyDefaultPool server-side-applies examples/l3 without force: a field
+// a user changed since (e.g. spec.replicas through kubectl patch) makes
+// the apply conflict, and the user's value stays.
+func applyDefaultPool(ctx context.Context, dyn dynamic.Interface) error {
+	for _, doc := range l3.DefaultPool() {
+		js, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return err
+		}
+		u := &unstructured.Unstructured{}
+		if err := json.Unmarshal(js, &u.Object); err != nil {
+			return err
+		}
+		gvr := driver.WarmPools
+		if u.GetKind() == "SandboxTemplate" {
+			gvr = driver.Templates
+		}
+		_, err = dyn.Resource(gvr).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, js,
+			metav1.PatchOptions{FieldManager: DefaultPoolManager})
+		switch {
+		case apierrors.IsConflict(err):
+			klog.InfoS("default pool: keeping the user's edits", "kind", u.GetKind(), "name", u.GetName(), "conflict", err.Error())
+		case err != nil:
+			return fmt.Errorf("default pool: apply %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,294 @@
+package devserver_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/hearthvm/hearth/devserver"
+	"github.com/hearthvm/hearth/node"
+)
+
+// dev is one running devserver.Run.
+type dev struct {
+	ready  devserver.Ready
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(t *testing.T, dataDir string) *dev {
+	t.Helper()
+	o := devserver.NewOptions()
+	o.DataDir = dataDir
+	o.SecurePort = 0
+	o.E2BBindAddress = "127.0.0.1:0"
+	o.WarmPoolSyncInterval = time.Second
+	o.PublishInterval = time.Second
+	readyCh := make(chan devserver.Ready, 1)
+	o.OnReady = func(r devserver.Ready) { readyCh <- r }
+	var out bytes.Buffer
+	o.Out = &out
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &dev{cancel: cancel, done: make(chan error, 1)}
+	go func() { d.done <- devserver.Run(ctx, o) }()
+	select {
+	case d.ready = <-readyCh:
+	case err := <-d.done:
+		t.Fatalf("devserver stopped before ready: %v", err)
+	case <-time.After(3 * time.Minute): // includes building the agent once
+		cancel()
+		t.Fatal("devserver not ready")
+	}
+	if !strings.Contains(out.String(), d.ready.Kubeconfig) || strings.Count(out.String(), "\n") != 1 {
+		t.Fatalf("ready line: %q", out.String())
+	}
+	t.Logf("ready in %s", d.ready.Startup)
+	return d
+}
+
+func (d *dev) stop(t *testing.T) {
+	t.Helper()
+	d.cancel()
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Fatalf("devserver: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("devserver did not stop")
+	}
+}
+
+func (d *dev) kubectl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("kubectl", args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.ready.Kubeconfig)
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+func (d *dev) mustKubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := d.kubectl(t, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s (last: %s)", what, within, last)
+		}
+		time.Sleep(200 * time.Millisecond) // poll interval
+	}
+}
+
+func (d *dev) readyReplicas(t *testing.T) func() (int, string) {
+	return func() (int, string) {
+		out, err := d.kubectl(t, "get", "sandboxwarmpools", "rt", "-o", "jsonpath={.status.readyReplicas}")
+		if err != nil {
+			return -1, out
+		}
+		if out == "" {
+			return 0, out
+		}
+		n, err := strconv.Atoi(out)
+		if err != nil {
+			return -1, out
+		}
+		return n, out
+	}
+}
+
+func (d *dev) waitReady(t *testing.T, want int) {
+	t.Helper()
+	rr := d.readyReplicas(t)
+	eventually(t, 90*time.Second, "readyReplicas "+strconv.Itoa(want), func() (bool, string) {
+		n, out := rr()
+		return n == want, out
+	})
+}
+
+func (d *dev) nodesWarm(t *testing.T) int32 {
+	t.Helper()
+	var total int32
+	for name, addr := range d.ready.Nodes {
+		info, err := node.NewClient(addr, d.ready.RootToken).Info(context.Background())
+		if err != nil {
+			t.Fatalf("node %s info: %v", name, err)
+		}
+		for _, p := range info.Pools {
+			total += p.Warm
+		}
+	}
+	return total
+}
+
+func TestDevServer_KubectlEndToEndAndRestart(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl not on PATH")
+	}
+	if testing.Short() {
+		t.Skip("starts the whole dev system")
+	}
+	dir := t.TempDir()
+	examples, err := filepath.Abs("../examples/l3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, dir)
+	defer func() {
+		if t.Failed() {
+			d.cancel()
+		}
+	}()
+	resp, err := http.Get(d.ready.E2B + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("e2b /health: %d", resp.StatusCode)
+	}
+
+	d.mustKubectl(t, "apply", "-f", examples+"/")
+	d.waitReady(t, 4)
+
+	// A matching Sandbox is a warm claim: 201 at once.
+	out := d.mustKubectl(t, "create", "-f", filepath.Join(examples, "sandbox", "sandbox.yaml"))
+	if !strings.Contains(out, "demo created") {
+		t.Fatalf("create: %s", out)
+	}
+	eventually(t, 30*time.Second, "demo listed", func() (bool, string) {
+		out, _ := d.kubectl(t, "get", "sandboxes", "-o", "name")
+		return strings.Contains(out, "sandbox.agents.x-k8s.io/demo"), out
+	})
+
+	d.mustKubectl(t, "patch", "sandboxwarmpool", "rt", "--type=merge", "-p", `{"spec":{"replicas":12}}`)
+	d.waitReady(t, 12)
+	d.mustKubectl(t, "patch", "sandboxwarmpool", "rt", "--type=merge", "-p", `{"spec":{"replicas":0}}`)
+	d.waitReady(t, 0)
+	eventually(t, 30*time.Second, "nodes hold 0 warm", func() (bool, string) {
+		w := d.nodesWarm(t)
+		return w == 0, strconv.Itoa(int(w))
+	})
+
+	// A Sandbox whose key has no pool: 503 naming the key.
+	nopool := filepath.Join(dir, "nopool.yaml")
+	if err := os.WriteFile(nopool, []byte(`apiVersion: agents.x-k8s.io/v1beta1
+kind: Sandbox
+metadata: {name: nopool, namespace: default}
+spec:
+  podTemplate:
+    spec:
+      containers: [{name: main, image: example.com/nothing:1}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = d.kubectl(t, "create", "-f", nopool)
+	if err == nil || !strings.Contains(out, "ServiceUnavailable") ||
+		!strings.Contains(out, `template="example.com/nothing:1"`) || !strings.Contains(out, `net="none"`) || !strings.Contains(out, `size="small"`) {
+		t.Fatalf("no-pool create: err=%v\n%s", err, out)
+	}
+
+	out = d.mustKubectl(t, "get", "nodeinventories", "-o", "name")
+	if got := len(strings.Fields(out)); got != 2 {
+		t.Fatalf("nodeinventories: %q", out)
+	}
+
+	// Nothing per sandbox is stored: etcd holds the pool, the template, the
+	// inventories and the lease only.
+	keys := etcdKeys(t, d.ready.Etcd)
+	for _, k := range keys {
+		if strings.Contains(k, "/sandboxes/") || strings.Contains(k, "demo") {
+			t.Fatalf("per-sandbox key in etcd: %s (all: %v)", k, keys)
+		}
+	}
+	t.Logf("etcd keys: %v", keys)
+
+	// Restart on the same data directory.
+	d.stop(t)
+	d = start(t, dir)
+	out = d.mustKubectl(t, "get", "sandboxtemplates,sandboxwarmpools", "-o", "name")
+	if !strings.Contains(out, "sandboxtemplate.extensions.agents.x-k8s.io/rt") || !strings.Contains(out, "sandboxwarmpool.extensions.agents.x-k8s.io/rt") {
+		t.Fatalf("after restart: %s", out)
+	}
+	// The user's replicas (0) survive the default-pool apply at startup.
+	if out := d.mustKubectl(t, "get", "sandboxwarmpools", "rt", "-o", "jsonpath={.spec.replicas}"); out != "0" {
+		t.Fatalf("replicas after restart: %s", out)
+	}
+	eventually(t, 30*time.Second, "demo back after restart", func() (bool, string) {
+		out, _ := d.kubectl(t, "get", "sandboxes", "-o", "name")
+		return strings.Contains(out, "sandbox.agents.x-k8s.io/demo"), out
+	})
+	d.mustKubectl(t, "delete", "sandboxes", "demo")
+	out = d.mustKubectl(t, "get", "sandboxes", "-o", "name")
+	if strings.Contains(out, "demo") {
+		t.Fatalf("demo still listed after delete returned: %s", out)
+	}
+	d.stop(t)
+	// No guest process outlives the dev system.
+	if procs := processesMentioning(t, dir); len(procs) > 0 {
+		t.Fatalf("processes left running: %v", procs)
+	}
+}
+
+// processesMentioning lists the command lines under /proc that mention s.
+func processesMentioning(t *testing.T, s string) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if cmd := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(cmd, s) {
+			out = append(out, e.Name()+": "+cmd)
+		}
+	}
+	return out
+}
+
+func etcdKeys(t *testing.T, endpoint string) []string {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, string(kv.Key))
+	}
+	return out
+}

@@ -1,0 +1,113 @@
+package inventory
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// nextCases are successive publishes: each step lists the inventories of a
+// tick; a step reuses the previous step's object for a node unless the
+// node republished (a fresh object).
+func nextSteps() [][]*NodeInventory {
+	t0 := metav1.NewTime(time.Unix(1700000000, 0))
+	t1 := metav1.NewTime(time.Unix(1700003600, 0))
+	e := func(name, id string, dl *metav1.Time) Entry {
+		return Entry{Name: name, ID: id, Phase: "Running", ClaimRef: name, Deadline: dl}
+	}
+	a1 := inv("a", "10.0.0.1:1", e("ns/x", "sb_1", &t0), e("ns/y", "sb_2", &t0))
+	b1 := inv("b", "10.0.0.2:1", e("ns/z", "sb_3", &t0))
+	c1 := inv("c", "10.0.0.3:1", e("ns/w", "sb_4", &t0))
+	a2 := inv("a", "10.0.0.1:1", e("ns/x", "sb_1", &t1), e("ns/y", "sb_2", &t0)) // x renewed
+	b2 := inv("b", "10.0.0.2:1", e("ns/y", "sb_2", &t0), e("ns/z", "sb_3", &t0)) // y moved here too (dup)
+	a3 := inv("a", "10.0.0.1:1", e("ns/x", "sb_1", &t1))                         // y left a
+	renamed := inv("d", "10.0.0.4:1", e("ns/w", "sb_4", &t0))                      // c's entry now on d
+	return [][]*NodeInventory{
+		{a1, b1, c1},
+		{a2, b1, c1},         // one node republished
+		{a2, b1, c1},         // nothing changed
+		{a2, b2, c1},         // a duplicate name across nodes
+		{a3, b2, c1},         // the duplicate resolved
+		{a3, b2, renamed},    // a node replaced by another
+		{b2, a3},             // a node gone, input order changed
+		{nil, a3, b2, a3, c1}, // nil and a repeated object
+		{},
+	}
+}
+
+// fresh deep-copies invs so no object is shared with any other view: Diff
+// and Next then take their general paths.
+func fresh(invs []*NodeInventory) []*NodeInventory {
+	out := make([]*NodeInventory, len(invs))
+	for i, x := range invs {
+		if x != nil {
+			out[i] = x.DeepCopy()
+		}
+	}
+	return out
+}
+
+func TestNext_EqualsNewView(t *testing.T) {
+	var prev *View
+	for step, invs := range nextSteps() {
+		got, want := prev.Next(invs), NewView(invs)
+		if got.Len() != want.Len() || got.Sum() != want.Sum() || got.dups != want.dups {
+			t.Fatalf("step %d: Next len/sum/dups = %d/%d/%v, NewView %d/%d/%v", step, got.Len(), got.Sum(), got.dups, want.Len(), want.Sum(), want.dups)
+		}
+		for i := 0; i < want.Len(); i++ {
+			g, w := got.At(i), want.At(i)
+			if g.Hash != w.Hash || g.Entry != w.Entry || g.Node.Name != w.Node.Name {
+				t.Fatalf("step %d slot %d: Next %s/%d, NewView %s/%d", step, i, g.Entry.Name, g.Hash, w.Entry.Name, w.Hash)
+			}
+		}
+		prev = got
+	}
+}
+
+func render(evs []Event) []string {
+	var out []string
+	for _, ev := range evs {
+		s := fmt.Sprintf("%s %s %s/%d", ev.Type, ev.Name, ev.Item.Node.Name, ev.Item.Hash)
+		if ev.Type == Modified {
+			s += fmt.Sprintf(" old %s/%d", ev.Old.Node.Name, ev.Old.Hash)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestDiff_SkippingUnchangedNodesMatchesFullDiff(t *testing.T) {
+	keeps := map[string]func(Item) bool{
+		"all":      nil,
+		"not on b": func(it Item) bool { return it.Node.Name != "b" },
+		"ns/x":     func(it Item) bool { return it.Entry.Name == "ns/x" },
+	}
+	steps := nextSteps()
+	for kname, keep := range keeps {
+		var prevShared, prevFresh *View
+		for step, invs := range steps {
+			shared := prevShared.Next(invs)
+			full := NewView(fresh(invs))
+			got := render(Diff(prevShared, shared, keep))
+			want := render(Diff(prevFresh, full, keep))
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("keep %s, step %d:\n got %v\nwant %v", kname, step, got, want)
+			}
+			prevShared, prevFresh = shared, full
+		}
+	}
+}
+
+func TestDiff_OneRepublishedNodeReportsOnlyItsChanges(t *testing.T) {
+	steps := nextSteps()
+	old, cur := NewView(steps[0]), NewView(steps[1])
+	got := render(Diff(old, cur, nil))
+	if len(got) != 1 || got[0][:len("MODIFIED ns/x a/")] != "MODIFIED ns/x a/" {
+		t.Fatalf("Diff = %v, want one MODIFIED ns/x on a", got)
+	}
+	if evs := Diff(cur, NewView(steps[2]), nil); len(evs) != 0 {
+		t.Fatalf("equal ticks gave %v", render(evs))
+	}
+}
