@@ -166,8 +166,8 @@ const testRoot = "root-token"
 // testNode runs a node over drv with its HTTP API on a test server.
 type testNode struct {
 	*Node
-	srv    *httptest.Server
-	root   *Client
+	srv     *httptest.Server
+	root    *Client
 	cancel  context.CancelFunc
 	done    chan struct{}
 	crashed bool

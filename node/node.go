@@ -234,15 +234,22 @@ func (n *Node) recover(ctx context.Context) error {
 		go func(r record) {
 			defer func() { <-sem; wg.Done() }()
 			h, err := n.driver.Restore(ctx, r.Handle)
-			if err != nil {
-				n.log.Error(err, "Cannot restore a claimed sandbox; dropping it", "id", r.ID, "claimRef", r.ClaimRef)
+			switch {
+			case errors.Is(err, vmm.ErrNotRunning):
+				// Its state is gone: nothing to restore, ever.
+				n.log.Error(err, "Claimed sandbox has no VM left; dropping it", "id", r.ID, "claimRef", r.ClaimRef)
 				_ = n.driver.Destroy(ctx, r.Handle)
 				_ = n.store.deleteSandbox(r.ID)
 				return
-			}
-			r.Handle = h
-			if err := n.store.putSandboxes(r); err != nil {
-				n.log.Error(err, "Cannot persist a restored sandbox", "id", r.ID)
+			case err != nil:
+				// Keep it (listed, releasable, reaped at its deadline) so
+				// the next start can try again: its state is still on disk.
+				n.log.Error(err, "Cannot restart a claimed sandbox; keeping it for a later restore", "id", r.ID, "claimRef", r.ClaimRef)
+			default:
+				r.Handle = h
+				if err := n.store.putSandboxes(r); err != nil {
+					n.log.Error(err, "Cannot persist a restored sandbox", "id", r.ID)
+				}
 			}
 			mu.Lock()
 			n.tab.insert(&sandbox{rec: r})

@@ -236,9 +236,15 @@ func TestNode_Sim_EndToEnd(t *testing.T) {
 	waitFor(t, func() bool { _, err := tn.root.Get(bg, short.ID); return StatusOf(err) == 404 })
 	waitFor(t, func() bool { return agentHealth(short.OwnerAddr) == 0 })
 
+	// A claim with env posts it to the agent's /init before answering.
+	withEnv, err := tn.root.Claim(bg, ClaimRequest{Template: "img", Env: map[string]string{"GREETING": "hi"}})
+	if err != nil || agentHealth(withEnv.OwnerAddr) != http.StatusNoContent {
+		t.Fatalf("claim with env: %+v %v", withEnv, err)
+	}
+
 	// Metrics carry the pool gauges and claim counters.
 	_, body := rawDo(t, "GET", tn.srv.URL+"/metrics", "", "")
-	for _, want := range []string{`hearth_node_pool_warm{net="none",size="small",template="img"}`, `hearth_node_claims_total{result="delivered"} 4`,
+	for _, want := range []string{`hearth_node_pool_warm{net="none",size="small",template="img"}`, `hearth_node_claims_total{result="delivered"} 5`,
 		`hearth_node_claims_total{result="no_capacity"} 1`, "hearth_node_claim_duration_seconds_bucket", "hearth_node_boots_total"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)
