@@ -26,6 +26,9 @@ type Options struct {
 	InventoryInterval  time.Duration
 	InventoryDebounce  time.Duration
 	Kubeconfig         string
+	// VMMOptions are backend-specific settings (backends.Options.Extra),
+	// e.g. config=/etc/hearth/qemu.json or accel=tcg for qemu.
+	VMMOptions map[string]string
 }
 
 // NewOptions returns the defaults.
@@ -55,6 +58,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxBootConcurrency, "max-boot-concurrency", o.MaxBootConcurrency, "concurrent warm VM boots node-wide")
 	fs.DurationVar(&o.InventoryInterval, "inventory-interval", o.InventoryInterval, "NodeInventory publish cadence")
 	fs.DurationVar(&o.InventoryDebounce, "inventory-debounce", o.InventoryDebounce, "also publish this soon after a claim-table change (0 = only on the cadence)")
+	fs.Var(kvFlag{&o.VMMOptions}, "vmm-opt", "backend-specific setting KEY=VALUE (repeatable): qemu: binary, config, accel (auto|kvm|tcg); firecracker: binary, kernel, initrd, rootfs, boot_args; cloud-hypervisor: binary, kernel, initramfs, rootfs, cmdline, memory_restore_mode")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster to publish NodeInventory to (server-side apply); empty = no publishing")
 }
 
@@ -132,4 +136,30 @@ func (o *Options) Config(rootToken string) Config {
 		InventoryInterval:  o.InventoryInterval,
 		InventoryDebounce:  o.InventoryDebounce,
 	}
+}
+
+// kvFlag is a repeatable KEY=VALUE flag.
+type kvFlag struct{ m *map[string]string }
+
+func (f kvFlag) String() string {
+	if f.m == nil || *f.m == nil {
+		return ""
+	}
+	parts := make([]string, 0, len(*f.m))
+	for k, v := range *f.m {
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f kvFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", s)
+	}
+	if *f.m == nil {
+		*f.m = map[string]string{}
+	}
+	(*f.m)[k] = v
+	return nil
 }

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"flag"
+	"io"
 	"net/http"
 	"reflect"
 	"testing"
@@ -219,5 +221,21 @@ func TestOptionsValidate(t *testing.T) {
 	cfg := good.Config("tok")
 	if cfg.Limits != DefaultLimits || cfg.RootToken != "tok" || cfg.Name != "n" || cfg.MaxBootConcurrency != 4 {
 		t.Fatalf("Config = %+v", cfg)
+	}
+}
+
+func TestOptions_VMMOpt(t *testing.T) {
+	o := NewOptions()
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--vmm-opt", "accel=tcg", "--vmm-opt", "config=/a=b.json"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.VMMOptions["accel"] != "tcg" || o.VMMOptions["config"] != "/a=b.json" {
+		t.Fatalf("VMMOptions = %v", o.VMMOptions)
+	}
+	if err := fs.Parse([]string{"--vmm-opt", "novalue"}); err == nil {
+		t.Fatal("a value without '=' must be rejected")
 	}
 }

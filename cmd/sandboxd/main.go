@@ -54,7 +54,7 @@ func run(o *node.Options) error {
 	if err != nil && o.VMM == sim.Name {
 		return err
 	}
-	driver, err := backends.Open(o.VMM, backends.Options{RootDir: filepath.Join(o.DataDir, "vms"), AgentCommand: agent})
+	driver, err := backends.Open(o.VMM, backends.Options{RootDir: filepath.Join(o.DataDir, "vms"), AgentCommand: agent, Extra: o.VMMOptions})
 	if err != nil {
 		return err
 	}
