@@ -3,7 +3,6 @@ package apiserver_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -42,14 +40,11 @@ type server struct {
 // self-signed) over f with its own, empty, claim index.
 func startServer(t *testing.T, f *fleettest.Fleet) *server {
 	t.Helper()
-	o := apiserver.NewOptions()
-	o.Authentication, o.Authorization = nil, nil
-	ln, port, err := genericoptions.CreateListener("tcp", "127.0.0.1:0", net.ListenConfig{})
+	o := apiserver.NewStandaloneOptions()
+	addr, err := o.ListenOn("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.SecureServing.Listener, o.SecureServing.BindPort = ln, port
-	o.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
 	o.WatchInterval = 50 * time.Millisecond
 	o.View = f.View
 	fl := claim.NewFleet(claim.FleetConfig{View: f.View, Token: fleettest.Token})
@@ -79,7 +74,7 @@ func startServer(t *testing.T, f *fleettest.Fleet) *server {
 			t.Error("server did not stop")
 		}
 	})
-	s := &server{URL: fmt.Sprintf("https://127.0.0.1:%d", port), Fleet: fl}
+	s := &server{URL: "https://" + addr, Fleet: fl}
 	s.Config = &rest.Config{Host: s.URL, BearerToken: "dummy", TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 1000, Burst: 1000}
 	s.Dynamic = dynamic.NewForConfigOrDie(s.Config)
 	s.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")

@@ -57,6 +57,15 @@ func TestKubectl(t *testing.T) {
 		if !strings.Contains(out, "sandboxes") || !strings.Contains(out, "true") || !strings.Contains(out, "Sandbox") {
 			t.Fatalf("api-resources:\n%s", out)
 		}
+		disc := mustKubectl(t, s, "get", "--raw", "/apis/agents.x-k8s.io/v1beta1")
+		for _, want := range []string{
+			`"name":"sandboxes","singularName":"sandbox","namespaced":true,"kind":"Sandbox","verbs":["create","delete","get","list","watch"]`,
+			`"name":"sandboxes/pause"`, `"name":"sandboxes/resume"`, `"name":"sandboxes/fork"`, `"name":"sandboxes/snapshot"`,
+		} {
+			if !strings.Contains(disc, want) {
+				t.Errorf("discovery lacks %s:\n%s", want, disc)
+			}
+		}
 	})
 
 	t.Run("create --dry-run=server is 400 and spends nothing", func(t *testing.T) {
@@ -180,6 +189,21 @@ func TestKubectl(t *testing.T) {
 			}
 		case <-time.After(90 * time.Second):
 			t.Fatal("kubectl wait --for=delete did not return")
+		}
+	})
+
+	t.Run("pool drained is 503", func(t *testing.T) {
+		f.SetWarm(t, spec, 0, 0)
+		out, err := s.kubectl(t, "create", "-f", writeManifest(t, "late"))
+		if err == nil || !strings.Contains(out, "no warm sandbox") {
+			t.Fatalf("create on a drained pool: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("empty list has items []", func(t *testing.T) {
+		out := mustKubectl(t, s, "get", "--raw", "/apis/agents.x-k8s.io/v1beta1/namespaces/empty/sandboxes")
+		if !strings.Contains(out, `"items":[]`) || strings.Contains(out, `"resourceVersion":"0"`) {
+			t.Fatalf("empty list: %s", out)
 		}
 	})
 }

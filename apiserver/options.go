@@ -64,6 +64,29 @@ func NewOptions() *Options {
 	return o
 }
 
+// NewStandaloneOptions returns Options that serve without a kube-apiserver:
+// anonymous authentication, always-allow authorization and a self-signed
+// in-memory certificate for localhost/127.0.0.1. Call ListenOn to pick the
+// address; set View, Fleet (or SandboxdToken) before Config.
+func NewStandaloneOptions() *Options {
+	o := NewOptions()
+	o.Authentication, o.Authorization = nil, nil
+	return o
+}
+
+// ListenOn binds the secure port now (addr "127.0.0.1:0" picks a free
+// port) and returns the bound address.
+func (o *Options) ListenOn(addr string) (string, error) {
+	ln, port, err := genericoptions.CreateListener("tcp", addr, net.ListenConfig{})
+	if err != nil {
+		return "", err
+	}
+	host, _, _ := net.SplitHostPort(ln.Addr().String())
+	o.SecureServing.Listener, o.SecureServing.BindPort = ln, port
+	o.SecureServing.BindAddress = net.ParseIP(host)
+	return ln.Addr().String(), nil
+}
+
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.SecureServing.AddFlags(fs)

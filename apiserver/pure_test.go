@@ -109,8 +109,8 @@ func TestNewFilter(t *testing.T) {
 	e := inventory.Entry{Name: "ns/web", ID: "sb_1", Phase: "Running", Template: "ghcr.io/x/y:1", ClaimRef: "ns/web"}
 	cases := []struct {
 		name, ns, labels, fields string
-		bad, match                bool
-		pinned                    string
+		bad, match               bool
+		pinned                   string
 	}{
 		{name: "everything", match: true},
 		{name: "namespace", ns: "ns", match: true},

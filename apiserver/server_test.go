@@ -139,6 +139,9 @@ func TestCreate_BadRequestsSpendNothing(t *testing.T) {
 			_ = unstructured.SetNestedField(u.Object, past, "spec", "shutdownTime")
 			return u, metav1.CreateOptions{}
 		},
+		"invalid name": func() (*unstructured.Unstructured, metav1.CreateOptions) {
+			return sandboxObj("Bad_Name", nil), metav1.CreateOptions{}
+		},
 		"no name": func() (*unstructured.Unstructured, metav1.CreateOptions) {
 			return sandboxObj("", nil), metav1.CreateOptions{}
 		},

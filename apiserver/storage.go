@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,10 +18,12 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/klog/v2"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
 	"github.com/hearthvm/hearth/claim"
 	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/sandbox"
 )
@@ -61,6 +65,9 @@ func (s *sandboxStorage) GetSingularName() string { return "sandbox" }
 
 func isDryRun(opts []string) bool { return len(opts) > 0 }
 
+// claimTimeout bounds one claim (routing and every node asked).
+const claimTimeout = 30 * time.Second
+
 // Create claims a warm microVM (CONTRACT §5). Every 400 (bad body, dry-run,
 // bad name, bad key or lease) comes before any node is asked.
 func (s *sandboxStorage) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, opts *metav1.CreateOptions) (runtime.Object, error) {
@@ -82,6 +89,9 @@ func (s *sandboxStorage) Create(ctx context.Context, obj runtime.Object, createV
 		out.Name = names.SimpleNameGenerator.GenerateName(out.GenerateName)
 	}
 	out.GenerateName = ""
+	if errs := apivalidation.NameIsDNSSubdomain(out.Name, false); len(errs) > 0 {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid sandbox name %q: %s", out.Name, strings.Join(errs, "; ")))
+	}
 	if createValidation != nil {
 		if err := createValidation(ctx, out); err != nil {
 			return nil, err
@@ -97,9 +107,20 @@ func (s *sandboxStorage) Create(ctx context.Context, obj runtime.Object, createV
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
 	ref := out.Namespace + "/" + out.Name
-	d, err := s.fleet.Claim(ctx, claim.Request{Key: key, TTLSeconds: ttl, Ref: ref})
+	// The claim runs to completion even if the client goes away, so its
+	// outcome is known; a delivery nobody will receive is released.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	d, err := s.fleet.Claim(cctx, claim.Request{Key: key, TTLSeconds: ttl, Ref: ref})
 	if err != nil {
 		return nil, fleetError(err, out.Name, "claim")
+	}
+	if ctx.Err() != nil {
+		loc := claim.Located{Sandbox: node.Sandbox{ID: d.ID, ClaimRef: ref}, Node: d.Node, NodeAddr: d.NodeAddr}
+		if rerr := s.fleet.Release(cctx, loc); rerr != nil {
+			klog.ErrorS(rerr, "Releasing a claim whose client went away; the node reaps it at its deadline", "ref", ref, "id", d.ID)
+		}
+		return nil, apierrors.NewTimeoutError(fmt.Sprintf("claim for %s was abandoned by the client and released", ref), 0)
 	}
 	e := inventory.Entry{Name: ref, ID: d.ID, Phase: sandbox.PhaseRunning, Template: key.Template, ClaimRef: ref, Addr: d.OwnerAddr}
 	out.UID = uuid.NewUUID()

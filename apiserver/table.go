@@ -58,4 +58,3 @@ func (s *sandboxStorage) ConvertToTable(_ context.Context, obj runtime.Object, o
 	}
 	return t, nil
 }
-

@@ -466,22 +466,30 @@ func (f *NodeFleet) Stats(ctx context.Context, s Located) (node.Stats, error) {
 	return c.Stats(ctx, s.ID)
 }
 
-// claimIndex is the bounded claim-time index: ref → node and id → node,
-// evicting the oldest record first.
+// claimIndex is the bounded claim-time index: ref → node and id → node.
+// Every put appends to a ring of at most max records; when the ring is full
+// the oldest record is evicted unless its key was put again since (each
+// key's latest put is its only live ring record), so the maps never hold
+// more than max keys.
 type claimIndex struct {
 	mu    sync.Mutex
 	max   int
+	seq   uint64
 	byRef map[string]indexed
 	byID  map[string]indexed
-	order []indexKey // FIFO of inserted keys (ring)
-	head  int
+	ring  []indexKey
+	head  int // oldest ring record once the ring is full
 }
 
-type indexed struct{ node, addr, id string }
+type indexed struct {
+	node, addr, id string
+	seq            uint64
+}
 
 type indexKey struct {
 	key   string
 	byRef bool
+	seq   uint64
 }
 
 func newClaimIndex(max int) *claimIndex {
@@ -491,12 +499,11 @@ func newClaimIndex(max int) *claimIndex {
 func (x *claimIndex) put(ref, id, nodeName, addr string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	rec := indexed{node: nodeName, addr: addr, id: id}
 	if ref != "" {
-		x.add(indexKey{ref, true}, rec)
+		x.add(ref, true, indexed{node: nodeName, addr: addr, id: id})
 	}
 	if id != "" {
-		x.add(indexKey{id, false}, rec)
+		x.add(id, false, indexed{node: nodeName, addr: addr, id: id})
 	}
 }
 
@@ -507,19 +514,21 @@ func (x *claimIndex) m(byRef bool) map[string]indexed {
 	return x.byID
 }
 
-func (x *claimIndex) add(k indexKey, rec indexed) {
-	m := x.m(k.byRef)
-	if _, ok := m[k.key]; !ok {
-		if len(x.order) < x.max {
-			x.order = append(x.order, k)
-		} else {
-			old := x.order[x.head]
-			delete(x.m(old.byRef), old.key)
-			x.order[x.head] = k
-			x.head = (x.head + 1) % x.max
+func (x *claimIndex) add(key string, byRef bool, rec indexed) {
+	x.seq++
+	rec.seq = x.seq
+	k := indexKey{key: key, byRef: byRef, seq: x.seq}
+	if len(x.ring) < x.max {
+		x.ring = append(x.ring, k)
+	} else {
+		old := x.ring[x.head]
+		if m := x.m(old.byRef); m[old.key].seq == old.seq {
+			delete(m, old.key)
 		}
+		x.ring[x.head] = k
+		x.head = (x.head + 1) % x.max
 	}
-	m[k.key] = rec
+	x.m(byRef)[key] = rec
 }
 
 func (x *claimIndex) get(key string, byRef bool) (nodeName, addr string, ok bool) {
@@ -529,7 +538,14 @@ func (x *claimIndex) get(key string, byRef bool) (nodeName, addr string, ok bool
 	return rec.node, rec.addr, ok
 }
 
-// forget drops the records of a released claim (the ring slot ages out).
+// len is the number of indexed keys.
+func (x *claimIndex) len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.byRef) + len(x.byID)
+}
+
+// forget drops the records of a released claim (their ring records age out).
 func (x *claimIndex) forget(ref, id string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()

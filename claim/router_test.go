@@ -21,7 +21,7 @@ var key = pool.Key{Template: "ghcr.io/x/y:1", Net: "none", Size: "small"}
 func TestCandidates_MatchNormalizedKey(t *testing.T) {
 	v := inventory.NewView([]*inventory.NodeInventory{
 		{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Node: "a", Address: "a:1", Pools: []inventory.Pool{
-			{Template: key.Template, Warm: 3},                           // empty net/size normalize to none/small
+			{Template: key.Template, Warm: 3},                               // empty net/size normalize to none/small
 			{Template: key.Template, Net: "egress", Size: "small", Warm: 9}, // other lane
 			{Template: "other", Net: "none", Size: "small", Warm: 9},        // other template
 		}},

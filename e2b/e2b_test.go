@@ -1,10 +1,11 @@
 package e2b
 
 import (
-	"fmt"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -476,4 +477,42 @@ func mustByID(t *testing.T, f *fakeFleet, id string) claim.Located {
 	l, err := f.ByID(t.Context(), id)
 	require.NoError(t, err)
 	return l
+}
+
+// TestDataPlane_StreamsWhileTheRequestBodyIsOpen: frames flow before the
+// client has finished its request body. Without full duplex on the proxy
+// (and the agent) the server drains the body before the first frame, and a
+// body still being read by the proxy is closed under it mid-stream.
+func TestDataPlane_StreamsWhileTheRequestBodyIsOpen(t *testing.T) {
+	g := startGateway(t)
+	s := g.create(map[string]any{"templateID": "rt"})
+	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/echo", "args": []string{"hi"}}})
+	env := append([]byte{0, 0, 0, 0, 0}, msg...)
+	binary.BigEndian.PutUint32(env[1:5], uint32(len(msg)))
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", g.url+"/process.Process/Start", pr)
+	req.Header.Set("Content-Type", "application/connect+json")
+	req.Header.Set("E2b-Sandbox-Id", s.SandboxID)
+	req.Header.Set("X-Access-Token", *s.EnvdAccessToken)
+	go func() { _, _ = pw.Write(env) }() // the body stays open
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err, "no answer while the request body is open")
+	defer resp.Body.Close()
+	var got []byte
+	for {
+		var hdr [5]byte
+		_, err := io.ReadFull(resp.Body, hdr[:])
+		require.NoError(t, err)
+		body := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
+		_, err = io.ReadFull(resp.Body, body)
+		require.NoError(t, err)
+		got = append(got, body...)
+		if bytes.Contains(body, []byte(`"end"`)) {
+			break
+		}
+	}
+	require.Contains(t, string(got), `"stdout":"aGkK"`)
 }

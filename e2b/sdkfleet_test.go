@@ -3,7 +3,6 @@ package e2b
 import (
 	"context"
 	"net"
-	"os"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -26,7 +25,7 @@ func TestMain(m *testing.M) { testagent.Main(m) }
 // publishing into an in-memory view, and the real claim.NodeFleet over it.
 func newNodeFleet(t testing.TB) claim.Fleet {
 	const rootToken = "sdk-root-token"
-	simRoot, _ := os.MkdirTemp("", "e2bdbg"); t.Logf("SIMROOT %s", simRoot)
+	simRoot := t.TempDir()
 	driver, err := sim.New(sim.Options{Root: simRoot, AgentCommand: []string{testagent.Path(t)}})
 	if err != nil {
 		t.Fatal(err)

@@ -161,6 +161,10 @@ func (e *env) applyBase(t *testing.T) {
 	mustKubectl(t, e.cp.Admin, "", "wait", "--for=condition=Established", "--timeout=60s",
 		"crd/sandboxtemplates.extensions.agents.x-k8s.io", "crd/sandboxwarmpools.extensions.agents.x-k8s.io",
 		"crd/nodeinventories.sandbox.cocoonstack.io")
+	// The webhook overlay validates against the real API too (dry run: the
+	// webhook itself is exercised below with a loopback clientConfig).
+	mustKubectl(t, e.cp.Admin, "", "apply", "--server-side", "--dry-run=server", "-k",
+		filepath.Join(repoRoot, "deploy", "overlays", "pod-runtime-webhook"))
 	crds, err := e.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).
 		List(context.Background(), metav1.ListOptions{})
 	if err != nil {

@@ -214,6 +214,7 @@ func BenchmarkView_Build(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			invs := fleet(split(n))
 			b.ReportAllocs()
+			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				NewView(invs)
 			}
@@ -228,6 +229,7 @@ func BenchmarkDiff(b *testing.B) {
 			invs := fleet(split(n))
 			v1, v2 := NewView(invs), NewView(invs)
 			b.ReportAllocs()
+			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if len(Diff(v1, v2, nil)) != 0 {
 					b.Fatal("diff of equal views")

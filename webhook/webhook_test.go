@@ -197,3 +197,19 @@ func FuzzReview(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkReview: one AdmissionReview decode, ApplyRuntime and encode —
+// the webhook's whole per-Pod cost.
+func BenchmarkReview(b *testing.B) {
+	body := review(b, admissionv1.Create, podResource, annotated(sandbox.RuntimeSandboxd))
+	b.ReportAllocs()
+	for b.Loop() {
+		out, err := Review(body)
+		if err != nil || out.Response.Patch == nil {
+			b.Fatal(err)
+		}
+		if _, err := json.Marshal(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

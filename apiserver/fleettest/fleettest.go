@@ -71,7 +71,9 @@ func (d *Driver) setPaused(h vmm.Handle, p bool) (vmm.Handle, error) {
 }
 
 // Pause marks the VM paused.
-func (d *Driver) Pause(_ context.Context, h vmm.Handle) (vmm.Handle, error) { return d.setPaused(h, true) }
+func (d *Driver) Pause(_ context.Context, h vmm.Handle) (vmm.Handle, error) {
+	return d.setPaused(h, true)
+}
 
 // Resume marks the VM running.
 func (d *Driver) Resume(_ context.Context, h vmm.Handle) (vmm.Handle, error) {

@@ -210,6 +210,10 @@ type stream struct {
 }
 
 func newStream(w http.ResponseWriter) *stream {
+	// Stream while the request body may still be open (a proxy in front
+	// forwards it chunked): without full duplex the server would block on
+	// draining it before the first frame leaves.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	f, _ := w.(http.Flusher)
 	return &stream{w: w, flusher: f}
 }

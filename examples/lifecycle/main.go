@@ -395,6 +395,11 @@ func (e *e2b) walk(ctx context.Context) {
 		if err := e.call(ctx, http.MethodDelete, p, nil, http.StatusNoContent, nil); err != nil {
 			return "", err
 		}
-		return "204; GET now 404", e.call(ctx, http.MethodGet, p, nil, http.StatusNotFound, nil)
+		// Gone once its node drops it (a read may race the release).
+		err := retry(ctx, func() (bool, error) {
+			err := e.call(ctx, http.MethodGet, p, nil, http.StatusNotFound, nil)
+			return err == nil, err
+		})
+		return "204; GET then 404", err
 	})
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs examples/lifecycle (every verb on the Kubernetes and e2b surfaces)
 # against a fresh sandbox-dev: builds and starts it in the background on
-# loopback, waits for its kubeconfig and readiness, runs the example, and
-# stops sandbox-dev by PID on exit (trap). Skips, saying so, while
-# cmd/sandbox-dev does not exist yet.
+# loopback, waits for its ready line (kubeconfig, e2b URL and key), runs the
+# example, and stops sandbox-dev by PID on exit (trap). Skips, saying so,
+# while cmd/sandbox-dev does not exist.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ ! -f cmd/sandbox-dev/main.go ]; then
@@ -24,51 +24,40 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() {
+  # Racy by nature (the port is released before use); good enough on loopback.
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()' 2>/dev/null ||
     echo $((20000 + RANDOM % 20000))
 }
 
 go build -o "$tmp/bin/sandbox-dev" ./cmd/sandbox-dev
+go build -o "$tmp/bin/sandbox-agent" ./cmd/sandbox-agent
 go build -o "$tmp/bin/lifecycle" ./examples/lifecycle
-[ -f cmd/sandbox-agent/main.go ] && go build -o "$tmp/bin/sandbox-agent" ./cmd/sandbox-agent
 
-port=$(free_port)
-e2b_port=$(free_port)
-key=lifecycle-e2e-key
-echo "$key" > "$tmp/e2b-keys"
-args=(--data-dir "$tmp/data" --secure-port "$port")
-help=$("$tmp/bin/sandbox-dev" --help 2>&1 || true)
-grep -q -- '--e2b-bind-address' <<<"$help" && args+=(--e2b-bind-address "127.0.0.1:$e2b_port")
-grep -q -- '--e2b-api-key-file' <<<"$help" && args+=(--e2b-api-key-file "$tmp/e2b-keys")
-grep -q -- '--enable-e2b-api' <<<"$help" && args+=(--enable-e2b-api)
-
-"$tmp/bin/sandbox-dev" "${args[@]}" >"$tmp/sandbox-dev.log" 2>&1 &
+"$tmp/bin/sandbox-dev" --data-dir "$tmp/data" --secure-port "$(free_port)" \
+  --e2b-bind-address "127.0.0.1:$(free_port)" >"$tmp/sandbox-dev.log" 2>&1 &
 pid=$!
 
-# Ready when a kubeconfig exists under the data dir and /readyz answers.
-kubeconfig=""
+# sandbox-dev prints one ready line naming the kubeconfig, the e2b URL and
+# the file holding the generated e2b API key:
+#   sandbox-dev ready in 1.6s: export KUBECONFIG=<path>; ...; e2b: E2B_API_URL=<url> E2B_API_KEY=$(cat <file>)
+ready=""
 for _ in $(seq 1 600); do
   kill -0 "$pid" 2>/dev/null || { echo "sandbox-dev exited:"; tail -50 "$tmp/sandbox-dev.log"; exit 1; }
-  [ -z "$kubeconfig" ] && kubeconfig=$(find "$tmp/data" -maxdepth 2 -name '*kubeconfig*' -type f 2>/dev/null | head -1)
-  if [ -n "$kubeconfig" ] && kubectl --kubeconfig "$kubeconfig" get --raw /readyz >/dev/null 2>&1; then
-    break
-  fi
+  ready=$(grep -m1 'sandbox-dev ready' "$tmp/sandbox-dev.log" 2>/dev/null || true)
+  [ -n "$ready" ] && break
   sleep 0.2
 done
-if [ -z "$kubeconfig" ]; then
-  echo "sandbox-dev wrote no kubeconfig under $tmp/data within 120s:"; tail -50 "$tmp/sandbox-dev.log"; exit 1
+if [ -z "$ready" ]; then
+  echo "sandbox-dev printed no ready line within 120s:"; tail -50 "$tmp/sandbox-dev.log"; exit 1
 fi
-
-e2b_url=""
-if grep -q -- '--e2b-bind-address' <<<"$help"; then
-  e2b_url="http://127.0.0.1:$e2b_port"
-  for _ in $(seq 1 300); do
-    curl -fsS "$e2b_url/health" >/dev/null 2>&1 && break
-    sleep 0.2
-  done
-else
-  echo "NOTE: sandbox-dev has no --e2b-bind-address; running the Kubernetes surface only"
-fi
+echo "$ready"
+kubeconfig=$(sed -n 's/.*KUBECONFIG=\([^;[:space:]]*\).*/\1/p' <<<"$ready")
+e2b_url=$(sed -n 's/.*E2B_API_URL=\([^;[:space:]]*\).*/\1/p' <<<"$ready")
+key_file=$(sed -n 's/.*E2B_API_KEY=\$(cat \([^)]*\)).*/\1/p' <<<"$ready")
+key=""
+if [ -n "$key_file" ]; then key=$(cat "$key_file"); fi
+[ -n "$kubeconfig" ] || { echo "no KUBECONFIG in the ready line"; exit 1; }
+[ -n "$e2b_url" ] || echo "NOTE: no E2B_API_URL in the ready line; running the Kubernetes surface only"
 
 "$tmp/bin/lifecycle" -kubeconfig "$kubeconfig" -e2b-url "$e2b_url" -e2b-key "$key" \
   -namespace default -template ghcr.io/hearthvm/lifecycle-python:3.12 || {

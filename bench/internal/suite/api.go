@@ -125,11 +125,14 @@ func (s *apiSystem) Close() {
 }
 
 // newSandbox is a Sandbox whose pool key is Key.
-func newSandbox(name string) *sandboxv1beta1.Sandbox {
+func newSandbox(name string) *sandboxv1beta1.Sandbox { return newSandboxOf(name, Key.Template) }
+
+// newSandboxOf is a small Sandbox of image.
+func newSandboxOf(name, image string) *sandboxv1beta1.Sandbox {
 	return &sandboxv1beta1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: sandboxv1beta1.SandboxSpec{SandboxBlueprint: sandboxv1beta1.SandboxBlueprint{PodTemplate: sandboxv1beta1.PodTemplate{Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "main", Image: Key.Template, Resources: corev1.ResourceRequirements{
+			Containers: []corev1.Container{{Name: "main", Image: image, Resources: corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("512Mi")},
 			}}},
 		}}}},

@@ -20,10 +20,14 @@ import (
 
 	"github.com/hearthvm/hearth/bench/internal/stats"
 	"github.com/hearthvm/hearth/devserver"
+	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/pool/driver"
 	"github.com/hearthvm/hearth/sandbox"
 )
+
+// devImage is the image of sandbox-dev's default template (examples/l3).
+const devImage = "ghcr.io/hearthvm/python:3.12"
 
 // devSystem is sandbox-dev (devserver.Run) running in this process:
 // embedded etcd, the aggregated API, sim nodes, the warm-pool driver.
@@ -135,6 +139,26 @@ func (d *devSystem) nodesWarm(ctx context.Context) (int, error) {
 	return total, nil
 }
 
+// publishedWarm sums the warm counts of every NodeInventory object.
+func (d *devSystem) publishedWarm(ctx context.Context) (int, error) {
+	l, err := d.Dyn.Resource(inventory.GroupVersionResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, o := range l.Items {
+		pools, _, _ := unstructured.NestedSlice(o.Object, "pools")
+		for _, p := range pools {
+			if m, ok := p.(map[string]any); ok {
+				if w, ok := m["warm"].(int64); ok {
+					total += int(w)
+				}
+			}
+		}
+	}
+	return total, nil
+}
+
 // waitFor polls cond every poll until it holds or ctx/timeout ends; it
 // returns when cond first held.
 func waitFor(ctx context.Context, timeout, poll time.Duration, what string, cond func() (bool, error)) (time.Time, error) {
@@ -194,19 +218,14 @@ func watchEtcd(ctx context.Context, endpoint string) (*etcdWrites, error) {
 	return w, nil
 }
 
-// resourceOf maps an etcd key to "<group>/<resource>" (or the key's first
-// two path elements).
+// resourceOf maps an etcd key "/<prefix>/<group>/<resource>/..." to
+// "<group>/<resource>" (keys of other shapes map to their first elements).
 func resourceOf(key string) string {
 	parts := strings.Split(strings.TrimPrefix(key, "/"), "/")
-	switch {
-	case len(parts) >= 3 && parts[0] == "registry" && strings.Contains(parts[1], "."):
+	if len(parts) >= 3 {
 		return parts[1] + "/" + parts[2]
-	case len(parts) >= 2 && parts[0] == "registry":
-		return parts[1]
-	case len(parts) >= 1:
-		return parts[0]
 	}
-	return key
+	return strings.Join(parts, "/")
 }
 
 // stop ends the watch and returns the counts.
@@ -251,10 +270,18 @@ func DevClaims(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		// The router routes by the published view: wait until it shows the capacity.
 		_, err = waitFor(ctx, time.Minute, 50*time.Millisecond, "readyReplicas", func() (bool, error) {
 			n, err := d.readyReplicas(ctx)
 			return n >= int64(pool), err
+		})
+		if err != nil {
+			return err
+		}
+		// The router routes by the published view (NodeInventory, ~5 s
+		// cadence in sandbox-dev): wait until it advertises the capacity.
+		_, err = waitFor(ctx, time.Minute, 50*time.Millisecond, "published warm capacity", func() (bool, error) {
+			n, err := d.publishedWarm(ctx)
+			return n >= pool, err
 		})
 		return err
 	}
@@ -287,7 +314,7 @@ func DevClaims(ctx context.Context, cfg Config) error {
 		var mu sync.Mutex
 		var ms []made
 		l := run(ctx, claims, c, func(ctx context.Context, i int) error {
-			sb, err := sbs.Create(ctx, newSandbox(fmt.Sprintf("dev-c%d-%d", c, i)), metav1.CreateOptions{})
+			sb, err := sbs.Create(ctx, newSandboxOf(fmt.Sprintf("dev-c%d-%d", c, i), devImage), metav1.CreateOptions{})
 			if err == nil {
 				mu.Lock()
 				ms = append(ms, made{sb.Status.NodeName, sb.Annotations[sandbox.AnnotationClaimID]})
@@ -316,7 +343,7 @@ func DevClaims(ctx context.Context, cfg Config) error {
 	var ms []made
 	for i := 0; i < pairs; i++ {
 		name := fmt.Sprintf("dev-rac-%d", i)
-		sb, err := sbs.Create(ctx, newSandbox(name), metav1.CreateOptions{})
+		sb, err := sbs.Create(ctx, newSandboxOf(name, devImage), metav1.CreateOptions{})
 		if err != nil {
 			w.stop()
 			return fmt.Errorf("create %s: %w", name, err)

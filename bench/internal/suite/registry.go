@@ -3,6 +3,8 @@ package suite
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -18,8 +20,11 @@ var All = []Benchmark{
 	{"nodeclaim", "claim latency: node handler in process, node HTTP API, fleet router", NodeClaims},
 	{"apiclaim", "client-go Create → 201 through the aggregated API; read-after-create", APIClaims},
 	{"devclaim", "client-go Create → 201 through sandbox-dev (sim VMs); read-after-create; etcd writes per claim", DevClaims},
+	{"fill", "fill rate: patch replicas 0→S on sandbox-dev (sim), scaling-law fit", Fill},
 	{"lookup", "one-sandbox lookup by id and by name at 1k … 1M entries", Lookup},
 	{"rederive", "watch re-derive per tick and heap per entry", ReDerive},
+	{"fleetsim", "real pipeline at 20 nodes: routing, view, client-go watch; CPU and heap per 1k sandboxes", FleetSim},
+	{"fleetscale", "apiserver-side memory and CPU per sandbox up to 200 nodes × 5k (1M)", FleetScale},
 }
 
 // Run runs the named benchmarks (all when names is empty), in All's order.
@@ -42,6 +47,7 @@ func Run(ctx context.Context, cfg Config, names []string) error {
 		}
 		want[n] = true
 	}
+	fmt.Fprintf(cfg.Out, "Machine: %s\n\n", machine())
 	for _, b := range All {
 		if len(want) > 0 && !want[b.Name] {
 			continue
@@ -52,6 +58,37 @@ func Run(ctx context.Context, cfg Config, names []string) error {
 			return fmt.Errorf("%s: %w", b.Name, err)
 		}
 		cfg.logf("%s done in %s", b.Name, time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(cfg.Out, "(%s: %s wall; load average after: %s)\n\n", b.Name, time.Since(start).Round(time.Second), loadavg())
 	}
 	return nil
+}
+
+// machine describes the host: CPUs, memory, Go version, load.
+func machine() string {
+	mem := "?"
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "MemTotal:") {
+				var kb float64
+				if _, err := fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "MemTotal:")), "%f", &kb); err == nil {
+					mem = fmt.Sprintf("%.1f GiB", kb/(1<<20))
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("%d CPUs (GOMAXPROCS %d), %s RAM, %s %s/%s, load average %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), mem,
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, loadavg())
+}
+
+// loadavg is the 1/5/15-minute load average (other processes share the CPUs).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
