@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/hearthvm/hearth/claim"
 	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/webhook"
 )
 
 // Options are the sandbox-apiserver's flags. Set Authentication and
@@ -39,6 +41,10 @@ type Options struct {
 	SandboxdToken string
 	// WatchInterval is the watch re-derive cadence.
 	WatchInterval time.Duration
+
+	// EnablePodRuntimeWebhook serves the Pod-path mutating admission
+	// webhook (package webhook) at webhook.Path.
+	EnablePodRuntimeWebhook bool
 
 	// View and Fleet, when set by an embedder, replace the NodeInventory
 	// informer and the node fleet built from it.
@@ -98,6 +104,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	}
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster holding NodeInventory objects (default: in-cluster)")
 	fs.StringVar(&o.SandboxdTokenFile, "sandboxd-token-file", o.SandboxdTokenFile, "file holding the node/fleet root token sent to every sandboxd")
+	fs.BoolVar(&o.EnablePodRuntimeWebhook, "enable-pod-runtime-webhook", o.EnablePodRuntimeWebhook, "serve the Pod-path mutating admission webhook at "+webhook.Path)
 	fs.DurationVar(&o.WatchInterval, "watch-interval", o.WatchInterval, "fixed cadence at which watches re-derive the sandbox view")
 }
 
@@ -152,6 +159,10 @@ func (o *Options) Config() (*Config, error) {
 		}
 	}
 	if o.Authorization != nil {
+		if o.EnablePodRuntimeWebhook {
+			// kube-apiserver calls admission webhooks without credentials.
+			o.Authorization.AlwaysAllowPaths = append(o.Authorization.AlwaysAllowPaths, webhook.Path)
+		}
 		if err := o.Authorization.ApplyTo(&rc.Authorization); err != nil {
 			return nil, err
 		}
@@ -174,7 +185,11 @@ func (o *Options) Config() (*Config, error) {
 	if fleet == nil {
 		fleet = claim.NewFleet(claim.FleetConfig{View: view, Token: o.SandboxdToken})
 	}
-	return &Config{GenericConfig: rc, ExtraConfig: ExtraConfig{Fleet: fleet, View: view, WatchInterval: o.WatchInterval}}, nil
+	x := ExtraConfig{Fleet: fleet, View: view, WatchInterval: o.WatchInterval}
+	if o.EnablePodRuntimeWebhook {
+		x.Handlers = map[string]http.Handler{webhook.Path: webhook.Handler()}
+	}
+	return &Config{GenericConfig: rc, ExtraConfig: x}, nil
 }
 
 func (o *Options) restConfig() (*rest.Config, error) {

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +40,9 @@ type ExtraConfig struct {
 	// types without OpenAPIModelName may be Go type names: the namer makes
 	// them REST-friendly).
 	ExtraOpenAPIDefinitions []common.GetOpenAPIDefinitions
+	// Handlers are served at exact non-resource paths (e.g. the Pod-path
+	// admission webhook) beside the API.
+	Handlers map[string]http.Handler
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -124,6 +128,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		if err := gs.InstallAPIGroup(g); err != nil {
 			return nil, fmt.Errorf("installing an extra API group: %w", err)
 		}
+	}
+	for path, h := range x.Handlers {
+		gs.Handler.NonGoRestfulMux.Handle(path, h)
 	}
 	return &Server{GenericAPIServer: gs, view: x.View}, nil
 }
