@@ -314,5 +314,8 @@ func (s *sandboxStorage) Watch(ctx context.Context, opts *metainternalversion.Li
 		return nil, err
 	}
 	bookmark := opts != nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents && opts.AllowWatchBookmarks
-	return s.newWatch(ctx, f, bookmark), nil
+	// A watch resuming from a list (a resourceVersion other than "" or "0")
+	// has seen some state: see watchPinned.
+	resumed := opts != nil && opts.ResourceVersion != "" && opts.ResourceVersion != "0"
+	return s.newWatch(ctx, f, bookmark, resumed), nil
 }

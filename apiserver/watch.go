@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,7 +30,7 @@ type sandboxWatch struct {
 func (w *sandboxWatch) Stop()                          { w.once.Do(func() { close(w.done) }) }
 func (w *sandboxWatch) ResultChan() <-chan watch.Event { return w.ch }
 
-func (s *sandboxStorage) newWatch(ctx context.Context, f filter, bookmark bool) watch.Interface {
+func (s *sandboxStorage) newWatch(ctx context.Context, f filter, bookmark, resumed bool) watch.Interface {
 	w := &sandboxWatch{ch: make(chan watch.Event, 64), done: make(chan struct{})}
 	go func() {
 		defer close(w.ch)
@@ -43,7 +44,7 @@ func (s *sandboxStorage) newWatch(ctx context.Context, f filter, bookmark bool) 
 			return false
 		}
 		if ref, ok := f.pinned(); ok {
-			s.watchPinned(ctx, w, ref, f, bookmark, send)
+			s.watchPinned(ctx, w, ref, f, bookmark, resumed, send)
 			return
 		}
 		s.watchView(ctx, w, f, bookmark, send)
@@ -97,13 +98,27 @@ func (s *sandboxStorage) watchView(ctx context.Context, w *sandboxWatch, f filte
 }
 
 // watchPinned follows one name live: each tick asks the nodes, and reports
-// DELETED only once no node holds it.
-func (s *sandboxStorage) watchPinned(ctx context.Context, w *sandboxWatch, ref string, f filter, bookmark bool, send sendFunc) {
+// DELETED only once no node holds it. A resumed watch (one that names the
+// resourceVersion of a list the caller read) that finds the name already
+// gone when it opens reports it DELETED at once: the caller's list may have
+// shown it just before its node's publish dropped it, and without that event
+// `kubectl delete`/`kubectl wait --for=delete` would wait forever.
+func (s *sandboxStorage) watchPinned(ctx context.Context, w *sandboxWatch, ref string, f filter, bookmark, resumed bool, send sendFunc) {
 	prev, _ := s.pinnedObject(ctx, ref, s.view.View(), f)
 	rv := fmt.Sprint(s.view.View().Sum())
-	if prev != nil {
+	switch {
+	case prev != nil:
 		rv = prev.ResourceVersion
 		if !send(watch.Added, prev) {
+			return
+		}
+	case resumed:
+		ns, name, _ := strings.Cut(ref, "/")
+		gone := &sandboxv1beta1.Sandbox{
+			TypeMeta:   metav1.TypeMeta{APIVersion: sandboxv1beta1.GroupVersion.String(), Kind: "Sandbox"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rv},
+		}
+		if !send(watch.Deleted, gone) {
 			return
 		}
 	}

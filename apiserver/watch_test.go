@@ -327,3 +327,37 @@ func TestSubresources_StatusesComeThrough(t *testing.T) {
 	}
 	_ = schema.GroupVersion{}
 }
+
+// TestWatch_PinnedResumedAfterGoneReportsDeleted: kubectl delete lists the
+// name (the view may still show it), then watches from that list's
+// resourceVersion. If the node's publish dropped it in between, the watch
+// must still report DELETED, or kubectl waits forever.
+func TestWatch_PinnedResumedAfterGoneReportsDeleted(t *testing.T) {
+	f := fleettest.Start(t, 1)
+	f.SetWarm(t, spec, 1)
+	s := startServer(t, f)
+	ctx := context.Background()
+	// A plain watch of a name nobody holds reports nothing at open.
+	plain, err := sandboxes(s, "default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Stop()
+	resumed, err := sandboxes(s, "default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=gone", ResourceVersion: "12345"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Stop()
+	ev := next(t, resumed, 10*time.Second)
+	if ev.Type != watch.Deleted {
+		t.Fatalf("resumed pinned watch of a gone name: %s, want DELETED", ev.Type)
+	}
+	if u, ok := ev.Object.(*unstructured.Unstructured); !ok || u.GetName() != "gone" || u.GetNamespace() != "default" {
+		t.Fatalf("DELETED object = %#v, want default/gone", ev.Object)
+	}
+	select {
+	case ev := <-plain.ResultChan():
+		t.Fatalf("plain pinned watch of a gone name sent %s", ev.Type)
+	case <-time.After(300 * time.Millisecond):
+	}
+}

@@ -1,0 +1,67 @@
+package apiserver
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func TestOptions_FlagsCompleteValidate(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	empty := filepath.Join(dir, "empty")
+	_ = os.WriteFile(tok, []byte("  s3cret\n"), 0o600)
+	_ = os.WriteFile(empty, []byte("\n"), 0o600)
+	cases := []struct {
+		name    string
+		args    []string
+		wantErr string
+		check   func(*Options) string
+	}{
+		{name: "defaults", check: func(o *Options) string {
+			if o.WatchInterval != time.Second || o.SecureServing.BindPort != 6443 {
+				return "unexpected defaults"
+			}
+			return ""
+		}},
+		{name: "token file trimmed", args: []string{"--sandboxd-token-file", tok, "--watch-interval", "250ms"}, check: func(o *Options) string {
+			if o.SandboxdToken != "s3cret" || o.WatchInterval != 250*time.Millisecond {
+				return "token " + o.SandboxdToken + " interval " + o.WatchInterval.String()
+			}
+			return ""
+		}},
+		{name: "empty token file", args: []string{"--sandboxd-token-file", empty}, wantErr: "is empty"},
+		{name: "missing token file", args: []string{"--sandboxd-token-file", filepath.Join(dir, "nope")}, wantErr: "no such file"},
+		{name: "zero watch interval", args: []string{"--watch-interval", "0s"}, wantErr: "--watch-interval"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := NewOptions()
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			err := o.Complete()
+			if err == nil {
+				err = o.Validate()
+			}
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err = %v, want one mentioning %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg := c.check(o); msg != "" {
+				t.Fatal(msg)
+			}
+		})
+	}
+}
