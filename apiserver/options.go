@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -17,9 +18,12 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/hearthvm/hearth/claim"
+	"github.com/hearthvm/hearth/e2b"
 	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/pool/driver"
 	"github.com/hearthvm/hearth/webhook"
 )
 
@@ -46,6 +50,14 @@ type Options struct {
 	// webhook (package webhook) at webhook.Path.
 	EnablePodRuntimeWebhook bool
 
+	// EnableE2B serves the e2b API (package e2b) beside the Kubernetes API,
+	// over the same fleet, on E2B.BindAddress.
+	EnableE2B bool
+	E2B       *e2b.Options
+	// WarmPool runs the warm-pool driver (SandboxWarmPool → node targets),
+	// leader-elected; it reads the cluster --kubeconfig names.
+	WarmPool *driver.Options
+
 	// View and Fleet, when set by an embedder, replace the NodeInventory
 	// informer and the node fleet built from it.
 	View  inventory.Viewer
@@ -61,6 +73,8 @@ func NewOptions() *Options {
 		Authentication: genericoptions.NewDelegatingAuthenticationOptions(),
 		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
 		WatchInterval:  DefaultWatchInterval,
+		E2B:            e2b.NewOptions(),
+		WarmPool:       driver.NewOptions(),
 	}
 	o.SecureServing.BindPort = 6443
 	o.SecureServing.ServerCert.CertDirectory = ""
@@ -77,6 +91,7 @@ func NewOptions() *Options {
 func NewStandaloneOptions() *Options {
 	o := NewOptions()
 	o.Authentication, o.Authorization = nil, nil
+	o.WarmPool.Enabled = false
 	return o
 }
 
@@ -105,6 +120,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster holding NodeInventory objects (default: in-cluster)")
 	fs.StringVar(&o.SandboxdTokenFile, "sandboxd-token-file", o.SandboxdTokenFile, "file holding the node/fleet root token sent to every sandboxd")
 	fs.BoolVar(&o.EnablePodRuntimeWebhook, "enable-pod-runtime-webhook", o.EnablePodRuntimeWebhook, "serve the Pod-path mutating admission webhook at "+webhook.Path)
+	fs.BoolVar(&o.EnableE2B, "enable-e2b-api", o.EnableE2B, "also serve the e2b API (and envd data plane) on --e2b-bind-address")
+	o.E2B.AddFlags(fs)
+	o.WarmPool.AddFlags(fs)
 	fs.DurationVar(&o.WatchInterval, "watch-interval", o.WatchInterval, "fixed cadence at which watches re-derive the sandbox view")
 }
 
@@ -132,6 +150,14 @@ func (o *Options) Validate() error {
 	}
 	if o.WatchInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--watch-interval must be positive, got %s", o.WatchInterval))
+	}
+	if o.EnableE2B {
+		if err := o.E2B.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := o.WarmPool.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.SandboxdTokenFile != "" && o.SandboxdToken == "" {
 		errs = append(errs, fmt.Errorf("--sandboxd-token-file %s is empty", o.SandboxdTokenFile))
@@ -169,13 +195,16 @@ func (o *Options) Config() (*Config, error) {
 	} else {
 		rc.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
 	}
-	view := o.View
-	if view == nil {
-		cfg, err := o.restConfig()
-		if err != nil {
+	var cluster *rest.Config
+	if o.View == nil || o.WarmPool.Enabled {
+		var err error
+		if cluster, err = o.restConfig(); err != nil {
 			return nil, err
 		}
-		src, err := inventory.NewSourceForConfig(cfg)
+	}
+	view := o.View
+	if view == nil {
+		src, err := inventory.NewSourceForConfig(cluster)
 		if err != nil {
 			return nil, err
 		}
@@ -188,6 +217,26 @@ func (o *Options) Config() (*Config, error) {
 	x := ExtraConfig{Fleet: fleet, View: view, WatchInterval: o.WatchInterval}
 	if o.EnablePodRuntimeWebhook {
 		x.Handlers = map[string]http.Handler{webhook.Path: webhook.Handler()}
+	}
+	if o.EnableE2B {
+		ecfg, err := o.E2B.Config(e2b.WithPools(fleet, view))
+		if err != nil {
+			return nil, err
+		}
+		h, err := e2b.New(ecfg)
+		if err != nil {
+			return nil, err
+		}
+		x.Sidecars = append(x.Sidecars, func(ctx context.Context) error {
+			return e2b.Serve(ctx, o.E2B.BindAddress, h, func(a net.Addr) { klog.InfoS("Serving the e2b API", "address", a.String()) })
+		})
+	}
+	if o.WarmPool.Enabled {
+		d, err := o.WarmPool.NewDriver(cluster, o.SandboxdToken)
+		if err != nil {
+			return nil, err
+		}
+		x.Sidecars = append(x.Sidecars, d.Run)
 	}
 	return &Config{GenericConfig: rc, ExtraConfig: x}, nil
 }

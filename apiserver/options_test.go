@@ -37,6 +37,20 @@ func TestOptions_FlagsCompleteValidate(t *testing.T) {
 		{name: "empty token file", args: []string{"--sandboxd-token-file", empty}, wantErr: "is empty"},
 		{name: "missing token file", args: []string{"--sandboxd-token-file", filepath.Join(dir, "nope")}, wantErr: "no such file"},
 		{name: "zero watch interval", args: []string{"--watch-interval", "0s"}, wantErr: "--watch-interval"},
+		{name: "e2b without keys", args: []string{"--enable-e2b-api"}, wantErr: "e2b"},
+		{name: "e2b anonymous", args: []string{"--enable-e2b-api", "--e2b-allow-anonymous"}, check: func(o *Options) string {
+			if !o.EnableE2B || !o.E2B.AllowAnonymous {
+				return "e2b flags not applied"
+			}
+			return ""
+		}},
+		{name: "warm-pool driver on by default", check: func(o *Options) string {
+			if !o.WarmPool.Enabled {
+				return "driver disabled by default"
+			}
+			return ""
+		}},
+		{name: "warm-pool interval", args: []string{"--warm-pool-sync-interval", "0s"}, wantErr: "--warm-pool-sync-interval"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -2,8 +2,10 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +45,10 @@ type ExtraConfig struct {
 	// Handlers are served at exact non-resource paths (e.g. the Pod-path
 	// admission webhook) beside the API.
 	Handlers map[string]http.Handler
+	// Sidecars run beside the server for its lifetime (the e2b gateway, the
+	// warm-pool driver); one returning an error other than a cancellation
+	// stops the server.
+	Sidecars []func(context.Context) error
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -102,6 +108,7 @@ func (c *Config) Complete() CompletedConfig {
 type Server struct {
 	GenericAPIServer *genericapiserver.GenericAPIServer
 	view             inventory.Viewer
+	sidecars         []func(context.Context) error
 }
 
 // New builds the server and installs agents.x-k8s.io, then the extra groups.
@@ -132,7 +139,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	for path, h := range x.Handlers {
 		gs.Handler.NonGoRestfulMux.Handle(path, h)
 	}
-	return &Server{GenericAPIServer: gs, view: x.View}, nil
+	return &Server{GenericAPIServer: gs, view: x.View, sidecars: x.Sidecars}, nil
 }
 
 type runnableView interface {
@@ -152,5 +159,21 @@ func (s *Server) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	return s.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(nil); wg.Wait() }()
+	for _, run := range s.sidecars {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				cancel(err)
+			}
+		}()
+	}
+	err := s.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
 }
