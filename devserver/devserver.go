@@ -328,7 +328,7 @@ func Run(ctx context.Context, o *Options) (err error) {
 	}
 	e2bHint := ""
 	if e2bURL != "" {
-		e2bHint = fmt.Sprintf("; e2b: E2B_API_URL=%s E2B_API_KEY=$(cat %s)", e2bURL, keyFile)
+		e2bHint = fmt.Sprintf("; e2b: E2B_API_URL=%[1]s E2B_SANDBOX_URL=%[1]s E2B_API_KEY=$(cat %[2]s)", e2bURL, keyFile)
 	}
 	fmt.Fprintf(o.Out, "sandbox-dev ready in %s: export KUBECONFIG=%s; kubectl get sandboxwarmpools,sandboxes%s\n",
 		ready.Startup.Round(time.Millisecond), kubeconfig, e2bHint)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -498,21 +499,46 @@ func TestDataPlane_StreamsWhileTheRequestBodyIsOpen(t *testing.T) {
 	req.Header.Set("E2b-Sandbox-Id", s.SandboxID)
 	req.Header.Set("X-Access-Token", *s.EnvdAccessToken)
 	go func() { _, _ = pw.Write(env) }() // the body stays open
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err, "no answer while the request body is open")
-	defer resp.Body.Close()
-	var got []byte
-	for {
-		var hdr [5]byte
-		_, err := io.ReadFull(resp.Body, hdr[:])
-		require.NoError(t, err)
-		body := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
-		_, err = io.ReadFull(resp.Body, body)
-		require.NoError(t, err)
-		got = append(got, body...)
-		if bytes.Contains(body, []byte(`"end"`)) {
-			break
-		}
+	type result struct {
+		got []byte
+		err error
 	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var got []byte
+		for {
+			var hdr [5]byte
+			if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
+				done <- result{got, err}
+				return
+			}
+			body := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
+			if _, err := io.ReadFull(resp.Body, body); err != nil {
+				done <- result{got, err}
+				return
+			}
+			got = append(got, body...)
+			if bytes.Contains(body, []byte(`"end"`)) {
+				done <- result{got, nil}
+				return
+			}
+		}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		pw.CloseWithError(errors.New("test gave up"))
+		cancel()
+		t.Fatal("no frames while the request body is open")
+	}
+	require.NoError(t, res.err)
+	got := res.got
 	require.Contains(t, string(got), `"stdout":"aGkK"`)
 }

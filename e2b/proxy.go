@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -105,8 +106,12 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 	// request body; without full duplex the server would discard and close
 	// that body under the proxy's feet as soon as the answer's headers go out,
 	// and the proxy would drop the upstream connection mid-stream.
-	//_ = http.NewResponseController(w).EnableFullDuplex()
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
+	// Reach the end of the body before returning (see envd's drainBody): a
+	// full-duplex body drained by net/http after the handler races with the
+	// next request on the connection.
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
 }
 
 func (g *gateway) newProxy(tr http.RoundTripper) http.Handler {

@@ -21,5 +21,5 @@ go build -o "$bin/sandbox-agent" ./cmd/sandbox-agent
 {
   echo "# hearthbench run, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo
-  "$bin/hearthbench" "$@" 2> >(grep '^#' >&2)
+  "$bin/hearthbench" "$@" 2> >(grep --line-buffered '^#' >&2)
 } | tee "$out"

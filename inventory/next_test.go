@@ -23,15 +23,15 @@ func nextSteps() [][]*NodeInventory {
 	a2 := inv("a", "10.0.0.1:1", e("ns/x", "sb_1", &t1), e("ns/y", "sb_2", &t0)) // x renewed
 	b2 := inv("b", "10.0.0.2:1", e("ns/y", "sb_2", &t0), e("ns/z", "sb_3", &t0)) // y moved here too (dup)
 	a3 := inv("a", "10.0.0.1:1", e("ns/x", "sb_1", &t1))                         // y left a
-	renamed := inv("d", "10.0.0.4:1", e("ns/w", "sb_4", &t0))                      // c's entry now on d
+	renamed := inv("d", "10.0.0.4:1", e("ns/w", "sb_4", &t0))                    // c's entry now on d
 	return [][]*NodeInventory{
 		{a1, b1, c1},
-		{a2, b1, c1},         // one node republished
-		{a2, b1, c1},         // nothing changed
-		{a2, b2, c1},         // a duplicate name across nodes
-		{a3, b2, c1},         // the duplicate resolved
-		{a3, b2, renamed},    // a node replaced by another
-		{b2, a3},             // a node gone, input order changed
+		{a2, b1, c1},          // one node republished
+		{a2, b1, c1},          // nothing changed
+		{a2, b2, c1},          // a duplicate name across nodes
+		{a3, b2, c1},          // the duplicate resolved
+		{a3, b2, renamed},     // a node replaced by another
+		{b2, a3},              // a node gone, input order changed
 		{nil, a3, b2, a3, c1}, // nil and a repeated object
 		{},
 	}
@@ -109,5 +109,24 @@ func TestDiff_OneRepublishedNodeReportsOnlyItsChanges(t *testing.T) {
 	}
 	if evs := Diff(cur, NewView(steps[2]), nil); len(evs) != 0 {
 		t.Fatalf("equal ticks gave %v", render(evs))
+	}
+}
+
+func TestView_RepeatedIDResolvesToFirst(t *testing.T) {
+	v := NewView([]*NodeInventory{
+		inv("n2", "", Entry{Name: "ns/b", ID: "sb_1"}),
+		inv("n1", "", Entry{Name: "ns/a", ID: "sb_1"}, Entry{Name: "ns/c", ID: "sb_2"}, Entry{Name: "ns/d"}),
+	})
+	if it, ok := v.ByID("sb_1"); !ok || it.Entry.Name != "ns/a" {
+		t.Fatalf("ByID(sb_1) = %+v, %v; want ns/a on n1 (first in node order)", it.Entry, ok)
+	}
+	if it, ok := v.ByID("sb_2"); !ok || it.Entry.Name != "ns/c" {
+		t.Fatalf("ByID(sb_2) = %+v, %v", it.Entry, ok)
+	}
+	if _, ok := v.ByID("sb_3"); ok {
+		t.Fatal("ByID of an absent id found something")
+	}
+	if _, ok := v.ByName("ns/zz"); ok {
+		t.Fatal("ByName of an absent name found something")
 	}
 }

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"hash/maphash"
 	"sort"
 	"strconv"
 
@@ -14,16 +15,31 @@ import (
 // A View never copies the NodeInventory objects it is built from and never
 // mutates them: it holds them and reuses their strings. Holding a View costs
 // a small fixed number of bytes per entry (three int32s and a hash in a
-// slot, plus one slot in each of two maps); resolving one sandbox allocates
-// nothing. A View is safe for concurrent readers.
+// slot, plus one integer-keyed slot in each of two maps); resolving one
+// sandbox allocates nothing. A View is safe for concurrent readers.
+//
+// The indexes are keyed by a 64-bit hash of the name or id (cheaper to
+// build than string keys, and nothing for the GC to scan); lookups compare
+// the actual strings, so a hash collision costs a longer chain, never a
+// wrong answer.
 type View struct {
-	nodes  []Node
-	slots  []slot
-	byName map[string]int32 // name → first slot; further ones chain via slot.next
-	byID   map[string]int32 // claim id → first slot holding it
-	sum    uint64           // content hash of the whole view
-	dups   bool             // some name is held by more than one entry
+	nodes []Node
+	slots []slot
+	// byName: hash of a name → first slot with that hash; the others chain
+	// via slot.next in slot order (equal names, or rarely colliding ones).
+	byName map[uint64]int32
+	// byID: hash of a claim id → first slot holding it. When two ids share
+	// a hash (or an id repeats), byIDSlow replaces it.
+	byID     map[uint64]int32
+	byIDSlow map[string]int32
+	sum      uint64 // content hash of the whole view
+	dups     bool   // some name hash is held by more than one entry
 }
+
+// keySeed seeds the index hashes; views of one process share it.
+var keySeed = maphash.MakeSeed()
+
+func indexKey(s string) uint64 { return maphash.String(keySeed, s) }
 
 // Node is one node of a View.
 type Node struct {
@@ -100,10 +116,8 @@ func build(invs []*NodeInventory, prev *View) *View {
 	}
 	sort.SliceStable(v.nodes, func(i, j int) bool { return v.nodes[i].Name < v.nodes[j].Name })
 	v.slots = make([]slot, 0, n)
-	v.byName = make(map[string]int32, n)
-	v.byID = make(map[string]int32, n)
-	// last slot of each name chain, so duplicates append in order.
-	var tails map[int32]int32
+	v.byName = make(map[uint64]int32, n)
+	v.byID = make(map[uint64]int32, n)
 	var reuse map[*NodeInventory]segment
 	if prev != nil && len(prev.slots) > 0 {
 		reuse = prev.segments()
@@ -113,35 +127,46 @@ func build(invs []*NodeInventory, prev *View) *View {
 		seg, same := reuse[nd.inv]
 		// A reused object hashes the same (its node name is hashed too).
 		same = same && seg.node == nd.Name && int(seg.n) == len(nd.inv.Entries)
-		off := seg.off
 		for ei := range nd.inv.Entries {
-			e := &nd.inv.Entries[ei]
-			si := int32(len(v.slots))
 			var h uint64
 			if same {
-				h = prev.slots[off+int32(ei)].hash
+				h = prev.slots[seg.off+int32(ei)].hash
 			} else {
-				h = Hash(nd.Name, e)
+				h = Hash(nd.Name, &nd.inv.Entries[ei])
 			}
 			v.slots = append(v.slots, slot{hash: h, node: int32(ni), entry: int32(ei), next: -1})
-			if first, ok := v.byName[e.Name]; ok {
-				v.dups = true
-				if tails == nil {
-					tails = map[int32]int32{}
-				}
-				tail, ok := tails[first]
-				if !ok {
-					tail = first
-				}
-				v.slots[tail].next = si
-				tails[first] = si
-			} else {
-				v.byName[e.Name] = si
+		}
+	}
+	// Index backwards so that the first slot of a name or id is the one
+	// left in the map: one map write per key, no lookups.
+	ids := 0
+	for si := int32(len(v.slots)) - 1; si >= 0; si-- {
+		e := v.entry(si)
+		v.byName[indexKey(e.Name)] = si
+		if e.ID != "" {
+			v.byID[indexKey(e.ID)] = si
+			ids++
+		}
+	}
+	// Names sharing a hash (duplicates; collisions are rarer still) are
+	// chained in slot order.
+	if len(v.byName) < len(v.slots) {
+		v.dups = true
+		tails := map[uint64]int32{}
+		for si := range v.slots {
+			k := indexKey(v.entry(int32(si)).Name)
+			if tail, ok := tails[k]; ok {
+				v.slots[tail].next = int32(si)
 			}
-			if e.ID != "" {
-				if _, ok := v.byID[e.ID]; !ok {
-					v.byID[e.ID] = si
-				}
+			tails[k] = int32(si)
+		}
+	}
+	if len(v.byID) < ids {
+		v.byID = nil
+		v.byIDSlow = make(map[string]int32, ids)
+		for si := int32(len(v.slots)) - 1; si >= 0; si-- {
+			if e := v.entry(si); e.ID != "" {
+				v.byIDSlow[e.ID] = si
 			}
 		}
 	}
@@ -174,6 +199,11 @@ func nodeName(inv *NodeInventory) string {
 		return inv.Node
 	}
 	return inv.Name
+}
+
+func (v *View) entry(si int32) *Entry {
+	s := &v.slots[si]
+	return &v.nodes[s.node].inv.Entries[s.entry]
 }
 
 func (v *View) item(si int32) Item {
@@ -215,14 +245,10 @@ func (v *View) At(i int) Item { return v.item(int32(i)) }
 
 // ByName resolves the first entry named name ("ns/name").
 func (v *View) ByName(name string) (Item, bool) {
-	if v == nil {
-		return Item{}, false
-	}
-	si, ok := v.byName[name]
-	if !ok {
-		return Item{}, false
-	}
-	return v.item(si), true
+	var found Item
+	ok := false
+	v.EachByName(name, func(it Item) bool { found, ok = it, true; return false })
+	return found, ok
 }
 
 // EachByName calls fn for every entry named name, in order, until fn returns false.
@@ -230,9 +256,9 @@ func (v *View) EachByName(name string, fn func(Item) bool) {
 	if v == nil {
 		return
 	}
-	si, ok := v.byName[name]
+	si, ok := v.byName[indexKey(name)]
 	for ok && si >= 0 {
-		if !fn(v.item(si)) {
+		if v.entry(si).Name == name && !fn(v.item(si)) {
 			return
 		}
 		si = v.slots[si].next
@@ -244,7 +270,14 @@ func (v *View) ByID(id string) (Item, bool) {
 	if v == nil || id == "" {
 		return Item{}, false
 	}
-	si, ok := v.byID[id]
+	var si int32
+	var ok bool
+	if v.byIDSlow != nil {
+		si, ok = v.byIDSlow[id]
+	} else {
+		si, ok = v.byID[indexKey(id)]
+		ok = ok && v.entry(si).ID == id
+	}
 	if !ok {
 		return Item{}, false
 	}

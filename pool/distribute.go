@@ -21,18 +21,23 @@ func Distribute(replicas int32, nodes []string) map[string]int32 {
 	}
 	sorted := append([]string(nil), nodes...)
 	sort.Strings(sorted)
+	out := make(map[string]int32, len(sorted))
+	distributeSorted(replicas, sorted, func(i int, w int32) { out[sorted[i]] += w })
+	return out
+}
+
+// distributeSorted calls add(i, warm) for each of the already sorted nodes.
+func distributeSorted(replicas int32, sorted []string, add func(i int, w int32)) {
 	total := max(replicas, 0)
 	n := int32(len(sorted))
 	base, rem := total/n, total%n
-	out := make(map[string]int32, len(sorted))
-	for i, name := range sorted {
+	for i := range sorted {
 		w := base
 		if int32(i) < rem {
 			w++
 		}
-		out[name] += w
+		add(i, w)
 	}
-	return out
 }
 
 // Ref names a namespaced object (a SandboxWarmPool or a SandboxTemplate).
@@ -103,9 +108,11 @@ func IsDefinitive(err error) bool {
 //     another pool provisions it.
 func MakePlan(pools []WarmPool, templates map[Ref]TemplateRead, last map[Ref]Key, nodes []string) Plan {
 	p := Plan{Keys: map[Ref]Key{}, Targets: map[string][]Target{}, Problems: map[Ref]error{}}
-	sum := map[string]map[Key]int32{}
-	for _, n := range nodes {
-		sum[n] = map[Key]int32{}
+	sorted := append([]string(nil), nodes...)
+	sort.Strings(sorted)
+	sum := make([]map[Key]int32, len(sorted))
+	for i := range sorted {
+		sum[i] = map[Key]int32{}
 	}
 	for _, wp := range pools {
 		key, err := resolve(wp, templates, last)
@@ -116,11 +123,13 @@ func MakePlan(pools []WarmPool, templates map[Ref]TemplateRead, last map[Ref]Key
 			continue
 		}
 		p.Keys[wp.Ref] = *key
-		for n, w := range Distribute(wp.Replicas, nodes) {
-			sum[n][*key] += w
+		if len(sorted) > 0 {
+			k := *key
+			distributeSorted(wp.Replicas, sorted, func(i int, w int32) { sum[i][k] += w })
 		}
 	}
-	for n, byKey := range sum {
+	for i, byKey := range sum {
+		n := sorted[i]
 		ts := make([]Target, 0, len(byKey))
 		for k, w := range byKey {
 			ts = append(ts, Target{Key: k, Warm: w})

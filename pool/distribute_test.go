@@ -176,3 +176,22 @@ func TestObserved(t *testing.T) {
 		t.Fatalf("-want +got:\n%s", d)
 	}
 }
+
+// BenchmarkMakePlan: 200 pools over 100 nodes, the per-tick decision.
+func BenchmarkMakePlan(b *testing.B) {
+	var nodes []string
+	for i := range 100 {
+		nodes = append(nodes, fmt.Sprintf("node-%03d", i))
+	}
+	templates := map[Ref]TemplateRead{}
+	var pools []WarmPool
+	for i := range 200 {
+		t := Ref{"ns", fmt.Sprintf("t%d", i%50)}
+		templates[t] = TemplateRead{Key: Key{Template: t.Name, Net: "none", Size: "small"}}
+		pools = append(pools, WarmPool{Ref: Ref{"ns", fmt.Sprintf("p%d", i)}, Replicas: int32(i * 7), Template: t.Name})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		MakePlan(pools, templates, nil, nodes)
+	}
+}

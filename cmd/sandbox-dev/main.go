@@ -6,11 +6,13 @@ package main
 import (
 	"context"
 	goflag "flag"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc/grpclog"
 	"k8s.io/klog/v2"
 
 	"github.com/hearthvm/hearth/devserver"
@@ -24,6 +26,8 @@ func main() {
 	klog.InitFlags(kfs)
 	fs.AddGoFlagSet(kfs)
 	pflag.Parse()
+	// etcd's gRPC clients log every cancelled dial at startup; keep errors.
+	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, os.Stderr))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

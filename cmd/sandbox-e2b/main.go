@@ -39,6 +39,10 @@ func run(o *e2b.Options, kubeconfig, tokenFile string) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	cfg, err := o.Config(nil) // load and check the keys before any I/O
+	if err != nil {
+		return err
+	}
 	var token string
 	if tokenFile != "" {
 		b, err := os.ReadFile(tokenFile)
@@ -61,10 +65,7 @@ func run(o *e2b.Options, kubeconfig, tokenFile string) error {
 	if err := src.WaitForSync(ctx); err != nil {
 		return fmt.Errorf("syncing NodeInventory: %w", err)
 	}
-	cfg, err := o.Config(e2b.WithPools(claim.NewFleet(claim.FleetConfig{View: src, Token: token}), src))
-	if err != nil {
-		return err
-	}
+	cfg.Fleet = e2b.WithPools(claim.NewFleet(claim.FleetConfig{View: src, Token: token}), src)
 	h, err := e2b.New(cfg)
 	if err != nil {
 		return err

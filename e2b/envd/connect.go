@@ -209,6 +209,7 @@ type stream struct {
 	buf     []byte
 }
 
+// newStream starts a server stream. The caller must defer drainBody(r).
 func newStream(w http.ResponseWriter) *stream {
 	// Stream while the request body may still be open (a proxy in front
 	// forwards it chunked): without full duplex the server would block on
@@ -216,6 +217,14 @@ func newStream(w http.ResponseWriter) *stream {
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	f, _ := w.(http.Flusher)
 	return &stream{w: w, flusher: f}
+}
+
+// drainBody reads what is left of a full-duplex request body before the
+// handler returns. Left for net/http to drain after the handler, the end of
+// the body would start a background read that races with the next request
+// on the connection ("invalid concurrent Body.Read call").
+func drainBody(r *http.Request) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxMessage))
 }
 
 func (s *stream) begin() {

@@ -124,6 +124,11 @@ func Run(ctx context.Context, o Options) error {
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:0"
 	}
+	if o.Root != "" {
+		if err := os.MkdirAll(o.Root, 0o755); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return err

@@ -384,6 +384,7 @@ func (a *agent) serveEvents(ctx context.Context, r *http.Request, st *stream, p 
 }
 
 func (a *agent) handleStart(w http.ResponseWriter, r *http.Request) {
+	defer drainBody(r)
 	st := newStream(w)
 	var req startRequest
 	if err := readStreamRequest(r, &req); err != nil {
@@ -405,6 +406,7 @@ func (a *agent) handleStart(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *agent) handleConnect(w http.ResponseWriter, r *http.Request) {
+	defer drainBody(r)
 	st := newStream(w)
 	var req connectRequest
 	if err := readStreamRequest(r, &req); err != nil {

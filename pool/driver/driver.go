@@ -384,7 +384,7 @@ func (d *Driver) apply(ctx context.Context, nodes []schedNode, plan pool.Plan) m
 	for i := range nodes {
 		n := &nodes[i]
 		prev, ok := d.sent[n.name]
-		if ok && prev.addr == n.addr && reflect.DeepEqual(prev.targets, plan.Targets[n.name]) && now.Sub(prev.at) < d.cfg.Interval {
+		if ok && prev.addr == n.addr && reflect.DeepEqual(prev.targets, plan.Targets[n.name]) && now.Sub(prev.at) < d.cfg.Interval-d.cfg.Interval/4 {
 			continue
 		}
 		due = append(due, n)

@@ -359,3 +359,25 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 }
+
+func TestTick_WithoutTokenSendsNothingButWritesStatus(t *testing.T) {
+	s, dc, a, b, _, _ := setup(t)
+	d, err := driver.New(driver.Config{REST: s.Config, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(t, dc, poolYAML(4))
+	if _, err := d.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, n := a.lastPut(); n != 0 {
+		t.Fatalf("node-a got %d PUTs without a token", n)
+	}
+	if _, n := b.lastPut(); n != 0 {
+		t.Fatalf("node-b got %d PUTs without a token", n)
+	}
+	// Status comes from the inventories (1 + 1; node-c has no address).
+	if r, rr, _ := poolStatus(t, dc); r != 2 || rr != 2 {
+		t.Fatalf("status %d/%d", r, rr)
+	}
+}

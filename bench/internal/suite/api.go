@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/rest"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
@@ -46,14 +45,11 @@ func startAPI(ctx context.Context, opts simfleet.Options) (*apiSystem, error) {
 	}
 	sys := &apiSystem{Fleet: f, stop: f.Close}
 	fail := func(err error) (*apiSystem, error) { sys.Close(); return nil, err }
-	o := apiserver.NewOptions()
-	o.Authentication, o.Authorization = nil, nil
-	ln, port, err := genericoptions.CreateListener("tcp", "127.0.0.1:0", net.ListenConfig{})
+	o := apiserver.NewStandaloneOptions()
+	addr, err := o.ListenOn("127.0.0.1:0")
 	if err != nil {
 		return fail(err)
 	}
-	o.SecureServing.Listener, o.SecureServing.BindPort = ln, port
-	o.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
 	o.WatchInterval = 100 * time.Millisecond
 	o.View = f.View
 	sys.Router = claim.NewFleet(claim.FleetConfig{View: f.View, Token: simfleet.Token})
@@ -83,7 +79,7 @@ func startAPI(ctx context.Context, opts simfleet.Options) (*apiSystem, error) {
 		}
 		f.Close()
 	}
-	url := fmt.Sprintf("https://127.0.0.1:%d", port)
+	url := "https://" + addr
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	tlsc := rest.TLSClientConfig{Insecure: true}
 	if os.Getenv("HEARTHBENCH_HTTP1") != "" {
@@ -171,6 +167,9 @@ func APIClaims(ctx context.Context, cfg Config) error {
 			return err
 		})
 		cfg.logf("API create c=%d: %d ok, %d errors (%v); %d connections so far", c, l.ok, l.errs, l.first, sys.dials.Load())
+		if l.errs > 0 {
+			return fmt.Errorf("%d of %d claims failed at c=%d: %w", l.errs, l.errs+l.ok, c, l.first)
+		}
 		t.Add(c, l.ok, stats.Ms(l.lat.P50), stats.Ms(l.lat.P95), stats.Ms(l.lat.P99), fmt.Sprintf("%.0f", l.rate()),
 			perClaimMicros(l), perClaimKB(l), l.errs)
 	}

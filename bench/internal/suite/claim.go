@@ -81,6 +81,9 @@ func NodeClaims(ctx context.Context, cfg Config) error {
 				return p.Claim(ctx, fmt.Sprintf("bench/p%d-c%d-%d", pi, c, i))
 			})
 			cfg.logf("%s c=%d: %d ok, %d errors (%v)", p.Name, c, l.ok, l.errs, l.first)
+			if l.errs > 0 {
+				return fmt.Errorf("%d of %d claims failed at c=%d: %w", l.errs, l.errs+l.ok, c, l.first)
+			}
 			t.Add(p.Name, c, l.ok, stats.Ms(l.lat.P50), stats.Ms(l.lat.P95), stats.Ms(l.lat.P99),
 				fmt.Sprintf("%.0f", l.rate()), perClaimMicros(l), perClaimKB(l), l.errs)
 			if err := f.SetWarm(ctx, Key, 0); err != nil {

@@ -324,6 +324,10 @@ func DevClaims(ctx context.Context, cfg Config) error {
 		})
 		total += l.ok
 		cfg.logf("sandbox-dev create c=%d: %d ok, %d errors (%v)", c, l.ok, l.errs, l.first)
+		if l.errs > 0 {
+			w.stop()
+			return fmt.Errorf("%d of %d claims failed at c=%d: %w", l.errs, l.errs+l.ok, c, l.first)
+		}
 		t.Add(c, l.ok, stats.Ms(l.lat.P50), stats.Ms(l.lat.P95), stats.Ms(l.lat.P99), fmt.Sprintf("%.0f", l.rate()), perClaimMicros(l), l.errs)
 		release(ms)
 	}

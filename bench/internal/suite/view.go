@@ -106,7 +106,7 @@ func ReDerive(ctx context.Context, cfg Config) error {
 			fmt.Sprintf("%.0f", viewHeap/float64(total)), fmt.Sprintf("%.0f", invHeap/float64(total)), events)
 	}
 	t.Note("tick = View.Next (the rebuild inventory.Source does: hashes only the republished node's entries) + Diff(old, new) for one watcher with no selector (skips nodes whose object did not change). NewView is the from-scratch build, for comparison. CPU is process CPU time per tick; wall is inflated when the machine is busy.")
-	t.Note(" Goals: ≤ 10 ms at 200 nodes / 50k sandboxes, ≤ 150 B/entry held by the view.")
+	t.Note("Goals: ≤ 10 ms at 200 nodes / 50k sandboxes, ≤ 150 B/entry held by the view.")
 	t.Note("Anchors: 1.6 ms at 20 nodes, 40 ms at 200 nodes × 50k sandboxes; 105 B per published inventory entry (the JSON object in etcd).")
 	return t.Print(cfg.Out)
 }
