@@ -222,8 +222,9 @@ func Run(ctx context.Context, o *Options) (err error) {
 		ln.Close()
 		return err
 	}
-	aopts := apiserver.NewOptions()
-	aopts.Authentication, aopts.Authorization = nil, nil
+	// Anonymous, always-allow, self-signed; the dev server runs its own
+	// warm-pool driver (below), so the apiserver's is off.
+	aopts := apiserver.NewStandaloneOptions()
 	aopts.SecureServing.Listener = ln
 	aopts.SecureServing.BindAddress = net.ParseIP(o.BindAddress)
 	aopts.SecureServing.BindPort = ln.Addr().(*net.TCPAddr).Port

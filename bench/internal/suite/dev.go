@@ -27,7 +27,7 @@ import (
 )
 
 // devImage is the image of sandbox-dev's default template (examples/l3).
-const devImage = "ghcr.io/hearthvm/python:3.12"
+const devImage = "ghcr.io/cocoonstack/sandbox/rt:24.04"
 
 // devSystem is sandbox-dev (devserver.Run) running in this process:
 // embedded etcd, the aggregated API, sim nodes, the warm-pool driver.

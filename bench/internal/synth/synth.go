@@ -17,7 +17,7 @@ import (
 )
 
 // Template is the image every synthetic entry comes from.
-const Template = "ghcr.io/hearthvm/python:3.12"
+const Template = "ghcr.io/cocoonstack/sandbox/rt:24.04"
 
 // Namespaces is how many namespaces the entries are spread over.
 const Namespaces = 16
