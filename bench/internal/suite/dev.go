@@ -37,6 +37,9 @@ type devSystem struct {
 	Dyn    dynamic.Interface
 	Client *sandboxClient
 	Nodes  []*node.Client
+	// Image is the image of the default template rt: creates of it claim
+	// from the default warm pool.
+	Image  string
 	dir    string
 	cancel context.CancelFunc
 	done   chan error
@@ -85,6 +88,21 @@ func startDev(ctx context.Context, nodes int, sync time.Duration) (*devSystem, e
 	if d.Client, err = newSandboxClient(cfg); err != nil {
 		d.Close()
 		return nil, err
+	}
+	tpl, err := d.Dyn.Resource(driver.Templates).Namespace("default").Get(ctx, "rt", metav1.GetOptions{})
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("default template rt: %w", err)
+	}
+	cs, _, _ := unstructured.NestedSlice(tpl.Object, "spec", "podTemplate", "spec", "containers")
+	if len(cs) > 0 {
+		if c, ok := cs[0].(map[string]any); ok {
+			d.Image, _ = c["image"].(string)
+		}
+	}
+	if d.Image == "" {
+		d.Close()
+		return nil, fmt.Errorf("default template rt has no container image")
 	}
 	names := make([]string, 0, len(d.Ready.Nodes))
 	for n := range d.Ready.Nodes {
@@ -314,7 +332,7 @@ func DevClaims(ctx context.Context, cfg Config) error {
 		var mu sync.Mutex
 		var ms []made
 		l := run(ctx, claims, c, func(ctx context.Context, i int) error {
-			sb, err := sbs.Create(ctx, newSandboxOf(fmt.Sprintf("dev-c%d-%d", c, i), devImage), metav1.CreateOptions{})
+			sb, err := sbs.Create(ctx, newSandboxOf(fmt.Sprintf("dev-c%d-%d", c, i), d.Image), metav1.CreateOptions{})
 			if err == nil {
 				mu.Lock()
 				ms = append(ms, made{sb.Status.NodeName, sb.Annotations[sandbox.AnnotationClaimID]})
@@ -347,7 +365,7 @@ func DevClaims(ctx context.Context, cfg Config) error {
 	var ms []made
 	for i := 0; i < pairs; i++ {
 		name := fmt.Sprintf("dev-rac-%d", i)
-		sb, err := sbs.Create(ctx, newSandboxOf(name, devImage), metav1.CreateOptions{})
+		sb, err := sbs.Create(ctx, newSandboxOf(name, d.Image), metav1.CreateOptions{})
 		if err != nil {
 			w.stop()
 			return fmt.Errorf("create %s: %w", name, err)
