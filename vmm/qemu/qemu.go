@@ -951,8 +951,14 @@ func (d *Driver) kill(pid int, dir string) {
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	_ = syscall.Kill(pid, syscall.SIGKILL)
+	// A dying process loses its cmdline before it is dead, so wait on its
+	// state: gone, or a zombie (dead; its parent reaps it).
 	deadline := time.Now().Add(10 * time.Second)
-	for pidAlive(pid, sock) && time.Now().Before(deadline) {
+	for time.Now().Before(deadline) {
+		st, err := readProcStat(pid)
+		if err != nil || st.State == 'Z' || st.State == 'X' {
+			return
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
