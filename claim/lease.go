@@ -8,6 +8,7 @@ import (
 
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
+	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/sandbox"
 )
 
@@ -44,29 +45,10 @@ func ParseTTL(raw string) (int64, error) {
 	return n, nil
 }
 
-// Limits are a node's lease bounds.
-type Limits struct {
-	Default time.Duration // granted when the ask is 0
-	Max     time.Duration // the longest lease granted
-}
+// Limits are a node's lease bounds. Clamping an ask is the node's job, so
+// the type lives in package node; it is named here too because the lease a
+// Create asks for and the lease a node grants are one concept.
+type Limits = node.Limits
 
 // DefaultLimits are the node's defaults: 5 minutes, at most 24 hours.
-var DefaultLimits = Limits{Default: 5 * time.Minute, Max: 24 * time.Hour}
-
-// Clamp turns an ask in seconds into the granted lease: 0 (or negative)
-// becomes the default, anything above the maximum becomes the maximum.
-func (l Limits) Clamp(askSeconds int64) time.Duration {
-	if askSeconds <= 0 {
-		return l.Default
-	}
-	if l.Max > 0 && askSeconds >= int64(l.Max/time.Second) {
-		return l.Max
-	}
-	return time.Duration(askSeconds) * time.Second
-}
-
-// Deadline is the granted expiry for an ask made at now, truncated to whole
-// seconds so it round-trips through the deadline annotation.
-func (l Limits) Deadline(now time.Time, askSeconds int64) time.Time {
-	return now.Add(l.Clamp(askSeconds)).Truncate(time.Second).UTC()
-}
+var DefaultLimits = node.DefaultLimits

@@ -2,9 +2,7 @@ package node
 
 import "time"
 
-// Limits are a node's lease bounds. The type mirrors claim.Limits (which
-// this package cannot import: claim imports node), so a claim.Limits
-// converts directly: node.Limits(claim.DefaultLimits).
+// Limits are a node's lease bounds (claim.Limits names the same type).
 type Limits struct {
 	Default time.Duration // granted when the ask is 0
 	Max     time.Duration // the longest lease granted; 0 = unbounded
@@ -13,9 +11,8 @@ type Limits struct {
 // DefaultLimits are 5 minutes by default, at most 24 hours.
 var DefaultLimits = Limits{Default: 5 * time.Minute, Max: 24 * time.Hour}
 
-// Clamp turns an ask in seconds into the granted lease, exactly like
-// claim.Limits.Clamp: 0 (or negative) becomes the default, anything above
-// the maximum the maximum.
+// Clamp turns an ask in seconds into the granted lease: 0 (or negative)
+// becomes the default, anything above the maximum the maximum.
 func (l Limits) Clamp(askSeconds int64) time.Duration {
 	if askSeconds <= 0 {
 		return l.Default
@@ -27,7 +24,7 @@ func (l Limits) Clamp(askSeconds int64) time.Duration {
 }
 
 // Deadline is the granted expiry for an ask made at now, truncated to whole
-// seconds (UTC), exactly like claim.Limits.Deadline.
+// seconds (UTC) so it round-trips through the deadline annotation.
 func (l Limits) Deadline(now time.Time, askSeconds int64) time.Time {
 	return now.Add(l.Clamp(askSeconds)).Truncate(time.Second).UTC()
 }

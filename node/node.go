@@ -33,8 +33,7 @@ type Config struct {
 	DataDir string
 	// Driver boots the VMs. Required. Its root must be this node's alone.
 	Driver vmm.Driver
-	// Limits are the lease bounds; zero means DefaultLimits. A
-	// claim.Limits converts: node.Limits(claim.DefaultLimits).
+	// Limits are the lease bounds; zero means DefaultLimits.
 	Limits Limits
 	// MaxBootConcurrency bounds concurrent boots and clones node-wide; default 4.
 	MaxBootConcurrency int

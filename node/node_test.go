@@ -30,8 +30,8 @@ func TestClaim_ConcurrentClaimsDeliverEachWarmVMOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn.waitWarm(t, "img", 200)
-	drv.gated.Store(true) // no refill while claiming
-	defer close(drv.release)
+	drv.HoldClones() // no refill while claiming
+	defer drv.ReleaseClones()
 
 	const claims = 1000
 	var (
@@ -94,7 +94,7 @@ func TestClaim_NeverBootsAndAnswers429(t *testing.T) {
 	if StatusOf(err) != http.StatusTooManyRequests || !errors.Is(err, ErrNoCapacity) {
 		t.Fatalf("claim on an empty node: %v", err)
 	}
-	if drv.boots.Load()+drv.clones.Load() != 0 {
+	if drv.Boots.Load()+drv.Clones.Load() != 0 {
 		t.Fatal("a claim booted a VM")
 	}
 }
@@ -124,8 +124,8 @@ func TestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn.waitWarm(t, "img", 2)
-	drv.gated.Store(true)
-	defer close(drv.release)
+	drv.HoldClones()
+	defer drv.ReleaseClones()
 	a, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/a"})
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +212,7 @@ func TestPools_ValidationAndDrain(t *testing.T) {
 	}
 	tn.waitWarm(t, "a", 3)
 	tn.waitWarm(t, "b", 1)
-	if b, c := drv.boots.Load(), drv.clones.Load(); b != 2 || c != 4 {
+	if b, c := drv.Boots.Load(), drv.Clones.Load(); b != 2 || c != 4 {
 		t.Fatalf("boots %d clones %d: want one golden boot per pool and clones for the rest", b, c)
 	}
 	info, _ := tn.root.Info(bg)
@@ -225,12 +225,12 @@ func TestPools_ValidationAndDrain(t *testing.T) {
 	}
 	waitFor(t, func() bool {
 		info, _ := tn.root.Info(bg)
-		return len(info.Pools) == 1 && info.Pools[0].Warm == 1 && drv.count() == 1
+		return len(info.Pools) == 1 && info.Pools[0].Warm == 1 && drv.Len() == 1
 	})
 	if _, err := tn.root.PutPools(bg, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { info, _ := tn.root.Info(bg); return len(info.Pools) == 0 && drv.count() == 0 })
+	waitFor(t, func() bool { info, _ := tn.root.Info(bg); return len(info.Pools) == 0 && drv.Len() == 0 })
 }
 
 func waitFor(t testing.TB, cond func() bool) {
@@ -272,15 +272,15 @@ func TestForkCheckpointBranch(t *testing.T) {
 	}
 
 	// All or nothing: one failing clone, nothing recorded or left running.
-	before, vmsBefore := len(mustList(t, tn)), drv.count()
-	drv.failClone.Store(1)
+	before, vmsBefore := len(mustList(t, tn)), drv.Len()
+	drv.FailClones(1)
 	if _, err := tn.root.Fork(bg, p.ID, ForkRequest{Count: 3}); StatusOf(err) != 500 {
 		t.Fatalf("fork with a failing clone: %v", err)
 	}
 	if got := len(mustList(t, tn)); got != before {
 		t.Fatalf("a failed fork recorded children: %d → %d", before, got)
 	}
-	waitFor(t, func() bool { return drv.count() <= vmsBefore+1 }) // +1: the refill of the claimed warm VM
+	waitFor(t, func() bool { return drv.Len() <= vmsBefore+1 }) // +1: the refill of the claimed warm VM
 
 	if err := tn.root.Hibernate(bg, p.ID); err != nil {
 		t.Fatal(err)
@@ -444,8 +444,8 @@ func TestClose_DestroysWarmStopsClaimedAnd503(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn.waitWarm(t, "img", 2)
-	drv.gated.Store(true)
-	defer close(drv.release)
+	drv.HoldClones()
+	defer drv.ReleaseClones()
 	if _, err := tn.root.Claim(bg, ClaimRequest{Template: "img"}); err != nil {
 		t.Fatal(err)
 	}
@@ -454,8 +454,8 @@ func TestClose_DestroysWarmStopsClaimedAnd503(t *testing.T) {
 	if err := tn.Close(bg); err != nil {
 		t.Fatal(err)
 	}
-	if drv.count() != 1 {
-		t.Fatalf("after Close the driver holds %d VMs, want the claimed one", drv.count())
+	if drv.Len() != 1 {
+		t.Fatalf("after Close the driver holds %d VMs, want the claimed one", drv.Len())
 	}
 	if _, err := tn.root.Info(bg); StatusOf(err) != 503 {
 		t.Fatalf("info after Close: %v", err)
