@@ -1,6 +1,6 @@
 // Package fleettest runs real in-process node daemons (node.New) on
 // loopback for tests of the fleet, the router and the API surfaces. The
-// nodes boot "VMs" through Driver, an in-memory vmm.Driver without
+// nodes boot "VMs" through vmmtest.Driver, an in-memory vmm.Driver without
 // processes: everything above the driver (claim table, pools, leases, the
 // HTTP API) is the real node. The fleet view is a Static viewer that the
 // test refreshes with Publish, as an inventory publish would.
@@ -11,146 +11,22 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
-	"github.com/hearthvm/hearth/vmm"
+	"github.com/hearthvm/hearth/vmm/vmmtest"
 )
 
 // Token is the root token every test node accepts.
 const Token = "fleettest-root-token"
 
-// Driver is an in-memory vmm.Driver: VMs are map entries, checkpoints are
-// directories holding a marker file.
-type Driver struct {
-	mu  sync.Mutex
-	vms map[string]vmm.Handle
-}
-
-// NewDriver returns an empty Driver.
-func NewDriver() *Driver { return &Driver{vms: map[string]vmm.Handle{}} }
-
-var _ vmm.Driver = (*Driver)(nil)
-
-// Name is "test".
-func (d *Driver) Name() string { return "test" }
-
-func (d *Driver) add(spec vmm.Spec) vmm.Handle {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	h := vmm.Handle{ID: spec.ID, Backend: "test", PID: 1, Addr: "127.0.0.1:9", Token: spec.Token}
-	d.vms[spec.ID] = h
-	return h
-}
-
-func (d *Driver) get(id string) (vmm.Handle, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	h, ok := d.vms[id]
-	return h, ok
-}
-
-// Boot adds a VM.
-func (d *Driver) Boot(_ context.Context, spec vmm.Spec) (vmm.Handle, error) { return d.add(spec), nil }
-
-func (d *Driver) setPaused(h vmm.Handle, p bool) (vmm.Handle, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	v, ok := d.vms[h.ID]
-	if !ok {
-		return h, vmm.ErrNotRunning
-	}
-	v.Paused = p
-	d.vms[h.ID] = v
-	return v, nil
-}
-
-// Pause marks the VM paused.
-func (d *Driver) Pause(_ context.Context, h vmm.Handle) (vmm.Handle, error) {
-	return d.setPaused(h, true)
-}
-
-// Resume marks the VM running.
-func (d *Driver) Resume(_ context.Context, h vmm.Handle) (vmm.Handle, error) {
-	return d.setPaused(h, false)
-}
-
-// Snapshot writes a marker into dir.
-func (d *Driver) Snapshot(_ context.Context, h vmm.Handle, dir string) error {
-	if _, ok := d.get(h.ID); !ok {
-		return vmm.ErrNotRunning
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "checkpoint"), []byte(h.ID), 0o600)
-}
-
-// Clone adds a VM if dir holds a checkpoint.
-func (d *Driver) Clone(_ context.Context, dir string, spec vmm.Spec) (vmm.Handle, error) {
-	if _, err := os.Stat(filepath.Join(dir, "checkpoint")); err != nil {
-		return vmm.Handle{}, fmt.Errorf("%w: %v", vmm.ErrSnapshotInvalid, err)
-	}
-	return d.add(spec), nil
-}
-
-// Stop is a no-op that clears the PID.
-func (d *Driver) Stop(_ context.Context, h vmm.Handle) (vmm.Handle, error) { h.PID = 0; return h, nil }
-
-// Restore re-attaches a VM still in the map.
-func (d *Driver) Restore(_ context.Context, h vmm.Handle) (vmm.Handle, error) {
-	if _, ok := d.get(h.ID); !ok {
-		return h, vmm.ErrNotRunning
-	}
-	h.PID = 1
-	return h, nil
-}
-
-// Destroy removes the VM.
-func (d *Driver) Destroy(_ context.Context, h vmm.Handle) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.vms, h.ID)
-	return nil
-}
-
-// Stats reports fixed figures.
-func (d *Driver) Stats(_ context.Context, h vmm.Handle) (vmm.Stats, error) {
-	v, ok := d.get(h.ID)
-	if !ok {
-		return vmm.Stats{}, vmm.ErrNotRunning
-	}
-	return vmm.Stats{CPUCount: 1, MemTotalBytes: 1 << 30, MemUsedBytes: 1 << 20, MemUsedMeasured: !v.Paused, MeasuredAt: time.Now()}, nil
-}
-
-// List returns every VM.
-func (d *Driver) List(context.Context) ([]vmm.Handle, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]vmm.Handle, 0, len(d.vms))
-	for _, h := range d.vms {
-		out = append(out, h)
-	}
-	return out, nil
-}
-
-// Len is the number of live VMs (warm and claimed).
-func (d *Driver) Len() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.vms)
-}
-
 // Node is one running node daemon.
 type Node struct {
 	*node.Node
 	Name, Addr string
-	Driver     *Driver
+	Driver     *vmmtest.Driver
 	// Client speaks to the node with the root token.
 	Client *node.Client
 }
@@ -178,7 +54,7 @@ func startNode(t testing.TB, name string) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := NewDriver()
+	drv := vmmtest.New(vmmtest.Options{Name: "test"})
 	addr := ln.Addr().String()
 	nd, err := node.New(node.Config{
 		Name: name, AdvertiseAddress: addr, RootToken: Token, DataDir: t.TempDir(), Driver: drv,

@@ -1,3 +1,11 @@
+// Package simfleet runs a fleet of real node daemons (node.New, their real
+// HTTP handlers on loopback listeners) inside one process, for benchmarks.
+// Nodes use either a real vmm backend (sim: each warm VM is a process) or
+// vmmtest.Driver, an in-memory vmm.Driver whose VMs are records, so a fleet
+// of a million sandboxes fits in one process. Everything above the driver —
+// the claim table, the bbolt store, the HTTP API, the inventory — is the
+// real code. It owns only the temporary directories and listeners it
+// creates.
 package simfleet
 
 import (
@@ -18,6 +26,7 @@ import (
 	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
+	"github.com/hearthvm/hearth/vmm/vmmtest"
 )
 
 // quiet is a logger with a sink that drops everything (a nil sink would
@@ -35,7 +44,7 @@ type Options struct {
 	// temporary one that Close removes.
 	Dir string
 	// Driver returns node i's driver, given its own driver root. Default:
-	// a NopDriver.
+	// NewNopDriver.
 	Driver func(i int, root string) (vmm.Driver, error)
 	// MaxBootConcurrency per node (default 4, the node's own default).
 	MaxBootConcurrency int
@@ -48,6 +57,13 @@ type Options struct {
 	Publisher inventory.Publisher
 	// Limits are the nodes' lease bounds (zero: node defaults).
 	Limits node.Limits
+}
+
+// NewNopDriver returns the default driver: an in-memory vmmtest.Driver
+// (named "nop") that boots nothing, so the node's own costs (claim table,
+// store, HTTP) can be measured. It counts boots, clones and destroys.
+func NewNopDriver() *vmmtest.Driver {
+	return vmmtest.New(vmmtest.Options{Name: "nop", Addr: "127.0.0.1:1"})
 }
 
 // Node is one running node of a Fleet.

@@ -7,7 +7,6 @@ import (
 
 	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/pool"
-	"github.com/hearthvm/hearth/vmm"
 )
 
 var key = pool.Key{Template: "img:1", Net: "none", Size: "small"}
@@ -41,24 +40,3 @@ func TestFleet_FillsClaimsAndPublishes(t *testing.T) {
 		t.Errorf("publishes = %d, want ≥ 2", f.Publishes())
 	}
 }
-
-func TestNopDriver_CloneNeedsCheckpoint(t *testing.T) {
-	d := NewNopDriver()
-	ctx := context.Background()
-	if _, err := d.Clone(ctx, t.TempDir(), vmmSpec("x")); err == nil {
-		t.Fatal("clone from an empty dir succeeded")
-	}
-	h, _ := d.Boot(ctx, vmmSpec("g"))
-	dir := t.TempDir() + "/ck"
-	if err := d.Snapshot(ctx, h, dir); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Clone(ctx, dir, vmmSpec("c")); err != nil {
-		t.Fatal(err)
-	}
-	if d.Live() != 2 {
-		t.Errorf("live = %d, want 2", d.Live())
-	}
-}
-
-func vmmSpec(id string) vmm.Spec { return vmm.Spec{ID: id} }
