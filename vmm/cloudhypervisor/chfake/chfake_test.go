@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/hearthvm/hearth/vmm/internal/restvm/restvmtest"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
 
@@ -21,58 +21,26 @@ type step struct {
 }
 
 func serve(t *testing.T) (*uds.Client, string) {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "chf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	ln, err := net.Listen("unix", filepath.Join(dir, "api.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer(filepath.Join(dir, "home"))
-	srv := &http.Server{Handler: s}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close(); s.Close() })
-	if err := os.WriteFile(filepath.Join(dir, "vmlinux"), []byte("k"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := uds.NewClient(filepath.Join(dir, "api.sock"))
-	t.Cleanup(c.Close)
-	return c, dir
+	return restvmtest.Serve(t, "chf", func(home string) restvmtest.Server { return NewServer(home) })
 }
+
+// proto: a successful GET is a 200; errors are a JSON array of messages
+// (or empty).
+var proto = restvmtest.Protocol{PathPrefix: "/api/v1/", GetOK: http.StatusOK, ErrMsg: func(body string) (string, error) {
+	var msgs []string
+	if body != "" && json.Unmarshal([]byte(body), &msgs) != nil {
+		return "", errors.New("not a JSON array")
+	}
+	return strings.Join(msgs, ": "), nil
+}}
 
 func run(t *testing.T, c *uds.Client, dir string, steps []step) {
 	t.Helper()
+	ss := make([]restvmtest.Step, len(steps))
 	for i, s := range steps {
-		body := strings.ReplaceAll(s.body, "$D", dir)
-		var in any
-		if body != "" {
-			in = json.RawMessage(body)
-		}
-		err := c.Do(context.Background(), s.method, "/api/v1/"+s.op, in, nil)
-		status := http.StatusNoContent
-		if s.method == "GET" && err == nil {
-			status = http.StatusOK
-		}
-		var apiErr *uds.APIError
-		if errors.As(err, &apiErr) {
-			status = apiErr.Status
-			var msgs []string
-			if apiErr.Body != "" && json.Unmarshal([]byte(apiErr.Body), &msgs) != nil {
-				t.Errorf("step %d: error body %q is not a JSON array", i, apiErr.Body)
-			}
-			if s.msg != "" && !strings.Contains(strings.Join(msgs, ": "), s.msg) {
-				t.Errorf("step %d %s: messages %q, want %q", i, s.op, msgs, s.msg)
-			}
-		} else if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		if status != s.status {
-			t.Fatalf("step %d %s %s: status %d, want %d (%v)", i, s.method, s.op, status, s.status, err)
-		}
+		ss[i] = restvmtest.Step{Method: s.method, Path: s.op, Body: s.body, Status: s.status, Msg: s.msg}
 	}
+	restvmtest.Run(t, c, dir, proto, ss)
 }
 
 const create = `{"cpus":{"boot_vcpus":1,"max_vcpus":1},"memory":{"size":67108864},"payload":{"kernel":"$D/vmlinux","cmdline":"hearth.token=t"},"vsock":{"cid":3,"socket":"$D/v.sock"}}`

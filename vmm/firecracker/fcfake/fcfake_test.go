@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
+	"github.com/hearthvm/hearth/vmm/internal/restvm/restvmtest"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
 
@@ -21,58 +19,27 @@ type step struct {
 }
 
 func serve(t *testing.T) (*uds.Client, string) {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fcf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "api.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer(filepath.Join(dir, "home"))
-	srv := &http.Server{Handler: s}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close(); s.Close() })
-	if err := os.WriteFile(filepath.Join(dir, "vmlinux"), []byte("k"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := uds.NewClient(sock)
-	t.Cleanup(c.Close)
-	return c, dir
+	return restvmtest.Serve(t, "fcf", func(home string) restvmtest.Server { return NewServer(home) })
 }
+
+// proto: errors are {"fault_message": "..."}, never empty.
+var proto = restvmtest.Protocol{ErrMsg: func(body string) (string, error) {
+	var f struct {
+		FaultMessage string `json:"fault_message"`
+	}
+	if json.Unmarshal([]byte(body), &f) != nil || f.FaultMessage == "" {
+		return f.FaultMessage, errors.New(`not {"fault_message"}`)
+	}
+	return f.FaultMessage, nil
+}}
 
 func run(t *testing.T, c *uds.Client, dir string, steps []step) {
 	t.Helper()
+	ss := make([]restvmtest.Step, len(steps))
 	for i, s := range steps {
-		body := strings.ReplaceAll(s.body, "$D", dir)
-		var in any
-		if body != "" {
-			in = json.RawMessage(body)
-		}
-		err := c.Do(context.Background(), s.method, s.path, in, nil)
-		status := http.StatusNoContent
-		var apiErr *uds.APIError
-		if errors.As(err, &apiErr) {
-			status = apiErr.Status
-			var f struct {
-				FaultMessage string `json:"fault_message"`
-			}
-			if json.Unmarshal([]byte(apiErr.Body), &f) != nil || f.FaultMessage == "" {
-				t.Errorf("step %d: error body %q is not {\"fault_message\"}", i, apiErr.Body)
-			}
-			if s.fault != "" && !strings.Contains(f.FaultMessage, s.fault) {
-				t.Errorf("step %d %s %s: fault %q, want it to contain %q", i, s.method, s.path, f.FaultMessage, s.fault)
-			}
-		} else if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		if status != s.status {
-			t.Fatalf("step %d %s %s %s: status %d, want %d (%v)", i, s.method, s.path, body, status, s.status, err)
-		}
+		ss[i] = restvmtest.Step{Method: s.method, Path: s.path, Body: s.body, Status: s.status, Msg: s.fault}
 	}
+	restvmtest.Run(t, c, dir, proto, ss)
 }
 
 const (
