@@ -344,6 +344,15 @@ type createRequest struct {
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 }
 
+// leaseSeconds is the lease a create or fork asks for: timeout when it is
+// positive, else the default; ok is false for a negative timeout.
+func (g *gateway) leaseSeconds(timeout *int64) (ttl int64, ok bool) {
+	if timeout == nil || *timeout == 0 {
+		return g.cfg.DefaultTimeoutSeconds, true
+	}
+	return *timeout, *timeout > 0
+}
+
 func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req createRequest
 	if !decodeBody(w, r, &req) {
@@ -353,15 +362,10 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "templateID is required")
 		return
 	}
-	ttl := g.cfg.DefaultTimeoutSeconds
-	if req.Timeout != nil {
-		if *req.Timeout < 0 {
-			writeError(w, http.StatusBadRequest, "timeout must be >= 0, got %d", *req.Timeout)
-			return
-		}
-		if *req.Timeout > 0 {
-			ttl = *req.Timeout
-		}
+	ttl, ok := g.leaseSeconds(req.Timeout)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "timeout must be >= 0, got %d", *req.Timeout)
+		return
 	}
 	allow := req.AllowInternetAccess != nil && *req.AllowInternetAccess
 	key, err := pool.KeyForE2B(req.TemplateID, allow)
@@ -489,11 +493,36 @@ func (g *gateway) live(ctx context.Context, s claim.Located) (bool, error) {
 	return st.Hibernated, nil
 }
 
-func (g *gateway) handleGet(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	s, err := g.lookup(r.Context(), id)
+// failSandbox maps err about the request's sandbox {id} to an e2b error answer.
+func failSandbox(w http.ResponseWriter, r *http.Request, err error) {
+	fail(w, err, "sandbox "+strconv.Quote(r.PathValue("id")))
+}
+
+// sandboxFor resolves the request's {id}; on failure it writes the error
+// answer and returns false.
+func (g *gateway) sandboxFor(w http.ResponseWriter, r *http.Request) (claim.Located, bool) {
+	s, err := g.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+		failSandbox(w, r, err)
+		return claim.Located{}, false
+	}
+	return s, true
+}
+
+// pausedFor asks s's node whether it is paused; on failure it writes the
+// error answer and returns ok false.
+func (g *gateway) pausedFor(w http.ResponseWriter, r *http.Request, s claim.Located) (paused, ok bool) {
+	paused, err := g.live(r.Context(), s)
+	if err != nil {
+		failSandbox(w, r, err)
+		return false, false
+	}
+	return paused, true
+}
+
+func (g *gateway) handleGet(w http.ResponseWriter, r *http.Request) {
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
 		return
 	}
 	if h, err := g.live(r.Context(), s); err == nil {
@@ -511,15 +540,13 @@ func (g *gateway) handleGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *gateway) handleKill(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	s, err := g.lookup(r.Context(), id)
-	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
 		return
 	}
 	g.forget(s)
 	if err := g.fleet.Release(r.Context(), s); err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+		failSandbox(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -538,15 +565,13 @@ func (g *gateway) handleTimeout(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout (seconds, >= 0) is required")
 		return
 	}
-	id := r.PathValue("id")
-	s, err := g.lookup(r.Context(), id)
-	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
 		return
 	}
 	deadline, err := g.fleet.Renew(r.Context(), s, *req.Timeout)
 	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+		failSandbox(w, r, err)
 		return
 	}
 	g.renewed(s, deadline)
@@ -554,9 +579,7 @@ func (g *gateway) handleTimeout(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *gateway) handleRefresh(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if _, err := g.lookup(r.Context(), id); err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+	if _, ok := g.sandboxFor(w, r); !ok {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -569,19 +592,16 @@ func (g *gateway) handlePause(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	id := r.PathValue("id")
-	s, err := g.lookup(r.Context(), id)
-	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
 		return
 	}
-	paused, err := g.live(r.Context(), s)
-	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+	paused, ok := g.pausedFor(w, r, s)
+	if !ok {
 		return
 	}
 	if paused {
-		writeError(w, http.StatusConflict, "sandbox %q is already paused", id)
+		writeError(w, http.StatusConflict, "sandbox %q is already paused", r.PathValue("id"))
 		return
 	}
 	if req.Memory != nil && !*req.Memory {
@@ -590,7 +610,7 @@ func (g *gateway) handlePause(w http.ResponseWriter, r *http.Request) {
 	}
 	g.dropRoute(s.ID)
 	if err := g.fleet.Hibernate(r.Context(), s); err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+		failSandbox(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -605,21 +625,18 @@ func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout must be >= 0")
 		return
 	}
-	id := r.PathValue("id")
-	s, err := g.lookup(r.Context(), id)
-	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
 		return
 	}
-	paused, err := g.live(r.Context(), s)
-	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+	paused, ok := g.pausedFor(w, r, s)
+	if !ok {
 		return
 	}
 	status := http.StatusOK
 	if paused {
 		if err := g.fleet.Wake(r.Context(), s); err != nil {
-			fail(w, err, "sandbox "+strconv.Quote(id))
+			failSandbox(w, r, err)
 			return
 		}
 		g.dropRoute(s.ID)
@@ -629,7 +646,7 @@ func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
 	if req.Timeout != nil && *req.Timeout > 0 && g.now().Add(time.Duration(*req.Timeout)*time.Second).After(s.Deadline) {
 		deadline, err := g.fleet.Renew(r.Context(), s, *req.Timeout)
 		if err != nil {
-			fail(w, err, "sandbox "+strconv.Quote(id))
+			failSandbox(w, r, err)
 			return
 		}
 		g.renewed(s, deadline)
@@ -655,32 +672,24 @@ func (g *gateway) handleFork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "count must be in [1, %d], got %d", maxForkCount, count)
 		return
 	}
-	ttl := g.cfg.DefaultTimeoutSeconds
-	if req.Timeout != nil {
-		if *req.Timeout < 0 {
-			writeError(w, http.StatusBadRequest, "timeout must be >= 0")
-			return
-		}
-		if *req.Timeout > 0 {
-			ttl = *req.Timeout
-		}
-	}
-	id := r.PathValue("id")
-	s, err := g.lookup(r.Context(), id)
-	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+	ttl, ok := g.leaseSeconds(req.Timeout)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "timeout must be >= 0")
 		return
 	}
-	if paused, err := g.live(r.Context(), s); err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
+		return
+	}
+	if paused, ok := g.pausedFor(w, r, s); !ok {
 		return
 	} else if paused {
-		writeError(w, http.StatusConflict, "sandbox %q is paused and cannot be forked; connect (resume) it first", id)
+		writeError(w, http.StatusConflict, "sandbox %q is paused and cannot be forked; connect (resume) it first", r.PathValue("id"))
 		return
 	}
 	children, err := g.fleet.Fork(r.Context(), s, count, ttl)
 	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+		failSandbox(w, r, err)
 		return
 	}
 	ns, _, _ := strings.Cut(s.ClaimRef, "/")
@@ -713,15 +722,13 @@ func (g *gateway) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	id := r.PathValue("id")
-	s, err := g.lookup(r.Context(), id)
-	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
 		return
 	}
 	c, err := g.fleet.Checkpoint(r.Context(), s, req.Name)
 	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+		failSandbox(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, snapshotOf(c))
@@ -785,15 +792,13 @@ type metricJSON struct {
 }
 
 func (g *gateway) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	s, err := g.lookup(r.Context(), id)
-	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
 		return
 	}
 	st, err := g.fleet.Stats(r.Context(), s)
 	if err != nil {
-		fail(w, err, "sandbox "+strconv.Quote(id))
+		failSandbox(w, r, err)
 		return
 	}
 	at := st.MeasuredAt

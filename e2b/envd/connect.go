@@ -2,6 +2,7 @@ package envd
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -169,6 +170,20 @@ func readUnary(r *http.Request, v any) error {
 	return decodeJSON(b, v)
 }
 
+// decodeUnary reads a unary request into req and, when req has a validate
+// method, checks it; on failure it writes the Connect error and returns false.
+func decodeUnary(w http.ResponseWriter, r *http.Request, req any) bool {
+	err := readUnary(r, req)
+	if v, ok := req.(interface{ validate() error }); ok && err == nil {
+		err = v.validate()
+	}
+	if err != nil {
+		writeUnaryError(w, err)
+		return false
+	}
+	return true
+}
+
 // readStreamRequest reads the single enveloped request of a server stream.
 func readStreamRequest(r *http.Request, v any) error {
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, contentTypeConnectJSON) {
@@ -225,6 +240,23 @@ func newStream(w http.ResponseWriter) *stream {
 // on the connection ("invalid concurrent Body.Read call").
 func drainBody(r *http.Request) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxMessage))
+}
+
+// openStream starts a server stream, reads its request into req and applies
+// Connect-Timeout-Ms; on failure it ends the stream with the error and returns
+// ok false. The caller must defer drainBody(r) and, on success, cancel.
+func openStream(w http.ResponseWriter, r *http.Request, req any) (st *stream, ctx context.Context, cancel context.CancelFunc, ok bool) {
+	st = newStream(w)
+	if err := readStreamRequest(r, req); err != nil {
+		_ = st.end(err)
+		return nil, nil, nil, false
+	}
+	ctx, cancel, err := streamContext(r)
+	if err != nil {
+		_ = st.end(err)
+		return nil, nil, nil, false
+	}
+	return st, ctx, cancel, true
 }
 
 func (s *stream) begin() {

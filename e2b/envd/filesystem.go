@@ -147,26 +147,27 @@ type listDirRequest struct {
 	Depth flexUint `json:"depth"`
 }
 
+func (r listDirRequest) validate() error { return pathRequest{r.Path}.validate() }
+
 type moveRequest struct {
 	Source      string `json:"source"`
 	Destination string `json:"destination"`
+}
+
+func (r moveRequest) validate() error {
+	if r.Source == "" || r.Destination == "" {
+		return errorf(codeInvalidArgument, "source and destination are required")
+	}
+	return nil
 }
 
 type entryResponse struct {
 	Entry entryInfo `json:"entry"`
 }
 
-func (a *agent) handleStat(w http.ResponseWriter, r *http.Request) {
-	var req pathRequest
-	if err := readUnary(r, &req); err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	if err := req.validate(); err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	e, err := entryOf(a.resolve(req.Path))
+// writeEntry answers with the entry describing path.
+func writeEntry(w http.ResponseWriter, path string) {
+	e, err := entryOf(path)
 	if err != nil {
 		writeUnaryError(w, err)
 		return
@@ -174,14 +175,17 @@ func (a *agent) handleStat(w http.ResponseWriter, r *http.Request) {
 	writeUnary(w, entryResponse{e})
 }
 
-func (a *agent) handleMakeDir(w http.ResponseWriter, r *http.Request) {
+func (a *agent) handleStat(w http.ResponseWriter, r *http.Request) {
 	var req pathRequest
-	if err := readUnary(r, &req); err != nil {
-		writeUnaryError(w, err)
+	if !decodeUnary(w, r, &req) {
 		return
 	}
-	if err := req.validate(); err != nil {
-		writeUnaryError(w, err)
+	writeEntry(w, a.resolve(req.Path))
+}
+
+func (a *agent) handleMakeDir(w http.ResponseWriter, r *http.Request) {
+	var req pathRequest
+	if !decodeUnary(w, r, &req) {
 		return
 	}
 	p := a.resolve(req.Path)
@@ -197,12 +201,7 @@ func (a *agent) handleMakeDir(w http.ResponseWriter, r *http.Request) {
 		writeUnaryError(w, fsError(p, err))
 		return
 	}
-	e, err := entryOf(p)
-	if err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	writeUnary(w, entryResponse{e})
+	writeEntry(w, p)
 }
 
 // maxListEntries bounds one ListDir answer.
@@ -210,12 +209,7 @@ const maxListEntries = 100000
 
 func (a *agent) handleListDir(w http.ResponseWriter, r *http.Request) {
 	var req listDirRequest
-	if err := readUnary(r, &req); err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	if req.Path == "" {
-		writeUnaryError(w, errorf(codeInvalidArgument, "path is required"))
+	if !decodeUnary(w, r, &req) {
 		return
 	}
 	depth := int(req.Depth)
@@ -280,12 +274,7 @@ func listDir(root string, depth int) ([]entryInfo, error) {
 
 func (a *agent) handleRemove(w http.ResponseWriter, r *http.Request) {
 	var req pathRequest
-	if err := readUnary(r, &req); err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	if err := req.validate(); err != nil {
-		writeUnaryError(w, err)
+	if !decodeUnary(w, r, &req) {
 		return
 	}
 	p := a.resolve(req.Path)
@@ -302,12 +291,7 @@ func (a *agent) handleRemove(w http.ResponseWriter, r *http.Request) {
 
 func (a *agent) handleMove(w http.ResponseWriter, r *http.Request) {
 	var req moveRequest
-	if err := readUnary(r, &req); err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	if req.Source == "" || req.Destination == "" {
-		writeUnaryError(w, errorf(codeInvalidArgument, "source and destination are required"))
+	if !decodeUnary(w, r, &req) {
 		return
 	}
 	src, dst := a.resolve(req.Source), a.resolve(req.Destination)
@@ -323,10 +307,5 @@ func (a *agent) handleMove(w http.ResponseWriter, r *http.Request) {
 		writeUnaryError(w, fsError(dst, err))
 		return
 	}
-	e, err := entryOf(dst)
-	if err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	writeUnary(w, entryResponse{e})
+	writeEntry(w, dst)
 }

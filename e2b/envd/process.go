@@ -65,6 +65,20 @@ type closeStdinRequest struct {
 	Process processSelector `json:"process"`
 }
 
+func (r sendSignalRequest) validate() error {
+	if r.Signal == 0 {
+		return errorf(codeInvalidArgument, "signal is required")
+	}
+	return nil
+}
+
+// processRequest is a unary request naming one process.
+type processRequest interface{ selector() processSelector }
+
+func (r sendSignalRequest) selector() processSelector { return r.Process }
+func (r sendInputRequest) selector() processSelector  { return r.Process }
+func (r closeStdinRequest) selector() processSelector { return r.Process }
+
 // signalName is the proto enum Signal: a name or a number.
 type signalName syscall.Signal
 
@@ -321,6 +335,20 @@ func (a *agent) find(sel processSelector) (*process, error) {
 	return nil, errorf(codeInvalidArgument, "process selector needs pid or tag")
 }
 
+// processFor decodes (and validates) a unary request into req and finds the
+// process it names; on failure it writes the Connect error and returns false.
+func (a *agent) processFor(w http.ResponseWriter, r *http.Request, req processRequest) (*process, bool) {
+	if !decodeUnary(w, r, req) {
+		return nil, false
+	}
+	p, err := a.find(req.selector())
+	if err != nil {
+		writeUnaryError(w, err)
+		return nil, false
+	}
+	return p, true
+}
+
 // keepaliveInterval is the keepalive period for a stream request.
 func (a *agent) keepaliveInterval(r *http.Request) time.Duration {
 	d := a.o.KeepaliveInterval
@@ -385,15 +413,9 @@ func (a *agent) serveEvents(ctx context.Context, r *http.Request, st *stream, p 
 
 func (a *agent) handleStart(w http.ResponseWriter, r *http.Request) {
 	defer drainBody(r)
-	st := newStream(w)
 	var req startRequest
-	if err := readStreamRequest(r, &req); err != nil {
-		_ = st.end(err)
-		return
-	}
-	ctx, cancel, err := streamContext(r)
-	if err != nil {
-		_ = st.end(err)
+	st, ctx, cancel, ok := openStream(w, r, &req)
+	if !ok {
 		return
 	}
 	defer cancel()
@@ -407,15 +429,9 @@ func (a *agent) handleStart(w http.ResponseWriter, r *http.Request) {
 
 func (a *agent) handleConnect(w http.ResponseWriter, r *http.Request) {
 	defer drainBody(r)
-	st := newStream(w)
 	var req connectRequest
-	if err := readStreamRequest(r, &req); err != nil {
-		_ = st.end(err)
-		return
-	}
-	ctx, cancel, err := streamContext(r)
-	if err != nil {
-		_ = st.end(err)
+	st, ctx, cancel, ok := openStream(w, r, &req)
+	if !ok {
 		return
 	}
 	defer cancel()
@@ -444,8 +460,7 @@ type processInfo struct {
 
 func (a *agent) handleList(w http.ResponseWriter, r *http.Request) {
 	var req struct{}
-	if err := readUnary(r, &req); err != nil {
-		writeUnaryError(w, err)
+	if !decodeUnary(w, r, &req) {
 		return
 	}
 	a.mu.Lock()
@@ -467,17 +482,8 @@ func (a *agent) handleList(w http.ResponseWriter, r *http.Request) {
 
 func (a *agent) handleSendSignal(w http.ResponseWriter, r *http.Request) {
 	var req sendSignalRequest
-	if err := readUnary(r, &req); err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	if req.Signal == 0 {
-		writeUnaryError(w, errorf(codeInvalidArgument, "signal is required"))
-		return
-	}
-	p, err := a.find(req.Process)
-	if err != nil {
-		writeUnaryError(w, err)
+	p, ok := a.processFor(w, r, &req)
+	if !ok {
 		return
 	}
 	if err := p.signal(syscall.Signal(req.Signal)); err != nil {
@@ -489,13 +495,8 @@ func (a *agent) handleSendSignal(w http.ResponseWriter, r *http.Request) {
 
 func (a *agent) handleSendInput(w http.ResponseWriter, r *http.Request) {
 	var req sendInputRequest
-	if err := readUnary(r, &req); err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	p, err := a.find(req.Process)
-	if err != nil {
-		writeUnaryError(w, err)
+	p, ok := a.processFor(w, r, &req)
+	if !ok {
 		return
 	}
 	if p.stdin == nil {
@@ -511,13 +512,8 @@ func (a *agent) handleSendInput(w http.ResponseWriter, r *http.Request) {
 
 func (a *agent) handleCloseStdin(w http.ResponseWriter, r *http.Request) {
 	var req closeStdinRequest
-	if err := readUnary(r, &req); err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	p, err := a.find(req.Process)
-	if err != nil {
-		writeUnaryError(w, err)
+	p, ok := a.processFor(w, r, &req)
+	if !ok {
 		return
 	}
 	if p.stdin != nil {
