@@ -16,6 +16,12 @@
 // routing between nodes, pool sizing across the fleet and the Kubernetes
 // objects are other packages' jobs.
 //
+// Warm health: a background sweep (Config.WarmCheckInterval, default 10s)
+// probes every warm VM's agent off the claim path and evicts, destroys and
+// refills one that fails twice in a row or that its driver reports gone, so
+// a claim does not hand out a warm VM whose agent died after boot (between
+// two sweeps it still can). See health.go.
+//
 // Durability: the store is opened with NoSync. Every record is written to
 // the file before the API answers, so a killed process (kill -9, a panic)
 // loses nothing: the page cache survives the process. Only a host crash or

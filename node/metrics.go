@@ -16,6 +16,7 @@ type metrics struct {
 	bootSeconds     prometheus.Histogram
 	reaped          prometheus.Counter
 	publishFailures prometheus.Counter
+	warmEvictions   prometheus.Counter
 }
 
 var (
@@ -44,11 +45,13 @@ func newMetrics(n *Node) *metrics {
 		}),
 		reaped:          prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_leases_reaped_total", Help: "Sandboxes destroyed at their lease deadline."}),
 		publishFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_inventory_publish_failures_total", Help: "Failed inventory publishes."}),
+		warmEvictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_warm_evictions_total",
+			Help: "Warm VMs the health sweep evicted (agent unhealthy twice in a row, or VM gone)."}),
 	}
 	for _, l := range []string{"delivered", "no_capacity", "invalid", "error"} {
 		m.claims.WithLabelValues(l)
 	}
-	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures,
+	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures, m.warmEvictions,
 		tableCollector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

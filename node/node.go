@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -53,6 +54,12 @@ type Config struct {
 	// RefillInterval is the refill loop's tick (it also runs on every
 	// change); default 1s.
 	RefillInterval time.Duration
+	// WarmCheckInterval is the cadence of the warm-pool health sweep, which
+	// probes every warm VM's agent (GET /health) off the claim path and
+	// evicts (destroys, then refills) a VM that fails two sweeps in a row or
+	// whose driver reports it not running. Zero means
+	// DefaultWarmCheckInterval (10s); a negative value disables the sweep.
+	WarmCheckInterval time.Duration
 }
 
 // Node is one node daemon. Create it with New, serve Handler, call Run for
@@ -85,6 +92,8 @@ type Node struct {
 	changeCh chan struct{}
 	closeOne sync.Once
 	closeErr error
+
+	probeClient *http.Client // the warm-pool health sweep's
 }
 
 type dirs struct {
@@ -125,6 +134,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.RefillInterval <= 0 {
 		cfg.RefillInterval = time.Second
+	}
+	if cfg.WarmCheckInterval == 0 {
+		cfg.WarmCheckInterval = DefaultWarmCheckInterval
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -172,6 +184,8 @@ func New(cfg Config) (*Node, error) {
 		cancel:   cancel,
 		refillCh: make(chan struct{}, 1),
 		changeCh: make(chan struct{}, 1),
+
+		probeClient: newProbeClient(),
 	}
 	if cfg.RootToken != "" {
 		n.rootHash = hashToken(cfg.RootToken)
@@ -297,9 +311,9 @@ type staler interface {
 	Stale(ctx context.Context) ([]vmm.Handle, error)
 }
 
-// Run runs the refill loop, the lease reaper and the inventory publisher
-// until ctx ends or Close is called. It returns nil then. The VMs stay as
-// they are: call Close to shut them down.
+// Run runs the refill loop, the lease reaper, the inventory publisher and
+// the warm-pool health sweep until ctx ends or Close is called. It returns
+// nil then. The VMs stay as they are: call Close to shut them down.
 func (n *Node) Run(ctx context.Context) error {
 	n.mu.Lock()
 	if n.closed {
@@ -322,6 +336,10 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() { defer n.loops.Done(); n.refillLoop(ctx) }()
 	go func() { defer n.loops.Done(); n.reapLoop(ctx) }()
 	go func() { defer n.loops.Done(); n.publishLoop(ctx) }()
+	if n.cfg.WarmCheckInterval > 0 {
+		n.loops.Add(1)
+		go func() { defer n.loops.Done(); n.warmCheckLoop(ctx) }()
+	}
 	n.log.Info("Node running", "address", n.cfg.AdvertiseAddress, "vmm", n.driver.Name(), "dataDir", n.dirs.data)
 	<-ctx.Done()
 	n.loops.Wait()

@@ -26,6 +26,9 @@ type Options struct {
 	InventoryInterval  time.Duration
 	InventoryDebounce  time.Duration
 	Kubeconfig         string
+	// WarmCheckInterval is the warm-pool health sweep's cadence
+	// (Config.WarmCheckInterval): 0 = the default, negative = disabled.
+	WarmCheckInterval time.Duration
 	// VMMOptions are backend-specific settings (backends.Options.Extra),
 	// e.g. config=/etc/hearth/qemu.json or accel=tcg for qemu.
 	VMMOptions map[string]string
@@ -41,6 +44,7 @@ func NewOptions() *Options {
 		MaxLease:           DefaultLimits.Max,
 		MaxBootConcurrency: 4,
 		InventoryInterval:  30 * time.Second,
+		WarmCheckInterval:  DefaultWarmCheckInterval,
 	}
 }
 
@@ -58,6 +62,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxBootConcurrency, "max-boot-concurrency", o.MaxBootConcurrency, "concurrent warm VM boots node-wide")
 	fs.DurationVar(&o.InventoryInterval, "inventory-interval", o.InventoryInterval, "NodeInventory publish cadence")
 	fs.DurationVar(&o.InventoryDebounce, "inventory-debounce", o.InventoryDebounce, "also publish this soon after a claim-table change (0 = only on the cadence)")
+	fs.DurationVar(&o.WarmCheckInterval, "warm-check-interval", o.WarmCheckInterval, "cadence of the warm-pool health sweep that probes warm VMs' agents and replaces dead ones (0 = default 10s, negative = disabled)")
 	fs.Var(kvFlag{&o.VMMOptions}, "vmm-opt", "backend-specific setting KEY=VALUE (repeatable): qemu: binary, config, accel (auto|kvm|tcg); firecracker: binary, kernel, initrd, rootfs, boot_args; cloud-hypervisor: binary, kernel, initramfs, rootfs, cmdline, memory_restore_mode")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster to publish NodeInventory to (server-side apply); empty = no publishing")
 }
@@ -135,6 +140,7 @@ func (o *Options) Config(rootToken string) Config {
 		MaxBootConcurrency: o.MaxBootConcurrency,
 		InventoryInterval:  o.InventoryInterval,
 		InventoryDebounce:  o.InventoryDebounce,
+		WarmCheckInterval:  o.WarmCheckInterval,
 	}
 }
 

@@ -235,6 +235,12 @@ func TestOptions_VMMOpt(t *testing.T) {
 	if o.VMMOptions["accel"] != "tcg" || o.VMMOptions["config"] != "/a=b.json" {
 		t.Fatalf("VMMOptions = %v", o.VMMOptions)
 	}
+	if o.WarmCheckInterval != DefaultWarmCheckInterval {
+		t.Fatalf("default --warm-check-interval = %v", o.WarmCheckInterval)
+	}
+	if err := fs.Parse([]string{"--warm-check-interval", "-1s"}); err != nil || o.Config("").WarmCheckInterval != -time.Second {
+		t.Fatalf("--warm-check-interval: %v %v", err, o.Config("").WarmCheckInterval)
+	}
 	if err := fs.Parse([]string{"--vmm-opt", "novalue"}); err == nil {
 		t.Fatal("a value without '=' must be rejected")
 	}

@@ -59,6 +59,8 @@ func startNode(t testing.TB, name string) *Node {
 	nd, err := node.New(node.Config{
 		Name: name, AdvertiseAddress: addr, RootToken: Token, DataDir: t.TempDir(), Driver: drv,
 		MaxBootConcurrency: 4, ReapInterval: 50 * time.Millisecond, RefillInterval: 20 * time.Millisecond,
+		// In-memory VMs have no agent to probe.
+		WarmCheckInterval: -1,
 	})
 	if err != nil {
 		ln.Close()

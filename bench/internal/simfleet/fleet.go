@@ -134,6 +134,8 @@ func Start(opts Options) (f *Fleet, err error) {
 			Limits: opts.Limits, MaxBootConcurrency: opts.MaxBootConcurrency, InventoryInterval: opts.InventoryInterval,
 			InventoryDebounce: opts.InventoryDebounce, Publisher: pub, Logger: quiet,
 			RefillInterval: 200 * time.Millisecond,
+			// In-memory VMs have no agent to probe.
+			WarmCheckInterval: -1,
 		})
 		if err != nil {
 			l.Close()
