@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -31,6 +32,17 @@ func applyDefaultPool(ctx context.Context, dyn dynamic.Interface) error {
 		}
 		u := &unstructured.Unstructured{}
 		if err := json.Unmarshal(js, &u.Object); err != nil {
+			return err
+		}
+		// Record the manifest the way `kubectl apply` does, so the tour's
+		// `kubectl apply -f examples/l3/` merges without a warning.
+		ann := u.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[corev1.LastAppliedConfigAnnotation] = string(js)
+		u.SetAnnotations(ann)
+		if js, err = json.Marshal(u.Object); err != nil {
 			return err
 		}
 		gvr := driver.WarmPools
