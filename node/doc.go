@@ -16,11 +16,17 @@
 // routing between nodes, pool sizing across the fleet and the Kubernetes
 // objects are other packages' jobs.
 //
-// Warm health: a background sweep (Config.WarmCheckInterval, default 10s)
+// Health: a background sweep (Config.WarmCheckInterval, default 10s)
 // probes every warm VM's agent off the claim path and evicts, destroys and
 // refills one that fails twice in a row or that its driver reports gone, so
 // a claim does not hand out a warm VM whose agent died after boot (between
-// two sweeps it still can). See health.go.
+// two sweeps it still can). The same sweep probes every claimed sandbox that
+// is not hibernated and brings back one whose agent died the same way
+// through Driver.Restore (same run directory, so its files survive; new PID
+// and address, persisted and published); a failed restore keeps the claim
+// (listed, releasable, reaped at its deadline) and is retried after a
+// bounded backoff, so a claimed sandbox is never destroyed by the sweep.
+// See health.go.
 //
 // Durability: the store is opened with NoSync. Every record is written to
 // the file before the API answers, so a killed process (kill -9, a panic)

@@ -67,11 +67,12 @@ func planEvictions(probes []warmProbe, warm map[string]bool, strikes map[string]
 	return evict, next
 }
 
-// warmCheckLoop runs the sweep every WarmCheckInterval until ctx ends.
+// warmCheckLoop runs the sweep (warm VMs, then claimed sandboxes) every WarmCheckInterval until ctx ends.
 func (n *Node) warmCheckLoop(ctx context.Context) {
 	t := time.NewTicker(n.cfg.WarmCheckInterval)
 	defer t.Stop()
 	strikes := map[string]int{}
+	claimed := map[string]claimHealth{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -79,6 +80,7 @@ func (n *Node) warmCheckLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		strikes = n.sweepWarm(ctx, strikes)
+		claimed = n.sweepClaimed(ctx, claimed)
 	}
 }
 
@@ -206,4 +208,252 @@ func newProbeClient() *http.Client {
 			return http.ErrUseLastResponse
 		},
 	}
+}
+
+// The claimed-sandbox half of the sweep. A claimed sandbox whose agent (or
+// VM process) died while the node runs would otherwise stay listed as
+// running with an address that answers nothing. Every sweep also probes the
+// claimed, non-hibernated sandboxes (a paused VM does not answer, so
+// hibernated ones are never probed) the same way; one that fails
+// warmEvictStrikes sweeps in a row, or whose driver reports it not running,
+// is brought back with Driver.Restore (which restarts it from its run
+// directory, keeping its files) while holding the sandbox's lifecycle lock
+// but not the node mutex. Its new handle (PID, Addr) is then recorded under
+// the node mutex, only if the claim still holds the handle that was probed,
+// and persisted. A failed restore never destroys the sandbox: it stays
+// listed, releasable and reaped at its deadline, and is retried on a later
+// sweep after a bounded, doubling backoff.
+const (
+	// restoreBackoffMin is the wait after a first failed restore.
+	restoreBackoffMin = 5 * time.Second
+	// restoreBackoffMax bounds the wait between restore attempts.
+	restoreBackoffMax = 5 * time.Minute
+	// restoreTimeout bounds one Driver.Restore.
+	restoreTimeout = 2 * time.Minute
+)
+
+// claimProbe is the outcome of probing one claimed sandbox.
+type claimProbe struct {
+	// ID is the sandbox (claim) id.
+	ID string
+	// Handle is the VM handle that was probed.
+	Handle vmm.Handle
+	// OK is true when the agent answered /health with a 2xx.
+	OK bool
+	// Gone is true when the driver reports the VM not running.
+	Gone bool
+}
+
+// claimHealth is what the sweep remembers about one unhealthy claimed
+// sandbox between sweeps.
+type claimHealth struct {
+	// Strikes counts the failed probes in a row.
+	Strikes int
+	// Failures counts the failed restores in a row.
+	Failures int
+	// RetryAt is when a restore may be tried again after a failure.
+	RetryAt time.Time
+}
+
+// sameVM reports whether a and b name the same running VM instance.
+func sameVM(a, b vmm.Handle) bool {
+	return a.ID == b.ID && a.PID == b.PID && a.Addr == b.Addr && a.Dir == b.Dir && a.Paused == b.Paused
+}
+
+// planRestores is the claimed half of the sweep's decision, free of I/O and
+// locking. probes are this sweep's results; live maps the ids of the
+// sandboxes claimed and not hibernated right now to their current handles;
+// state is what earlier sweeps left. A probe is ignored (and its state
+// dropped) unless its sandbox is still live with the very handle probed (a
+// release, hibernate or wake may have raced). A healthy probe clears the
+// state. A failing one adds a strike; the sandbox is picked for restore
+// when its driver reports it gone or it has now failed warmEvictStrikes
+// times in a row, unless an earlier restore failed and its backoff
+// (RetryAt) has not passed at now. It returns the ids to restore (in probe
+// order) and the state to carry into the next sweep, which holds every
+// failing sandbox, restored ones included (the sweep then applies
+// restoreFailed or drops it).
+func planRestores(probes []claimProbe, live map[string]vmm.Handle, state map[string]claimHealth, now time.Time) (restore []string, next map[string]claimHealth) {
+	next = map[string]claimHealth{}
+	for _, p := range probes {
+		h, ok := live[p.ID]
+		if !ok || !sameVM(h, p.Handle) || p.OK {
+			continue
+		}
+		s := state[p.ID]
+		s.Strikes++
+		next[p.ID] = s
+		if s.Failures > 0 && now.Before(s.RetryAt) {
+			continue
+		}
+		if p.Gone || s.Strikes >= warmEvictStrikes {
+			restore = append(restore, p.ID)
+		}
+	}
+	return restore, next
+}
+
+// restoreBackoff is the wait after failures (>= 1) failed restores in a
+// row: restoreBackoffMin, doubling, at most restoreBackoffMax.
+func restoreBackoff(failures int) time.Duration {
+	d := restoreBackoffMin
+	for i := 1; i < failures && d < restoreBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, restoreBackoffMax)
+}
+
+// restoreFailed returns s after one more failed restore at now.
+func restoreFailed(s claimHealth, now time.Time) claimHealth {
+	s.Failures++
+	s.RetryAt = now.Add(restoreBackoff(s.Failures))
+	return s
+}
+
+// sweepClaimed probes every claimed, non-hibernated sandbox once and
+// restores the ones planRestores picks. It returns the state for the next
+// sweep.
+func (n *Node) sweepClaimed(ctx context.Context, state map[string]claimHealth) map[string]claimHealth {
+	type target struct {
+		id string
+		h  vmm.Handle
+	}
+	n.mu.Lock()
+	var ts []target
+	for id, sb := range n.tab.byID {
+		if !sb.rec.Hibernated && !sb.rec.Handle.Paused {
+			ts = append(ts, target{id: id, h: sb.rec.Handle})
+		}
+	}
+	n.mu.Unlock()
+	if len(ts) == 0 {
+		return map[string]claimHealth{}
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].id < ts[j].id })
+
+	probes := make([]claimProbe, len(ts))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, warmProbeConcurrency)
+	for i, t := range ts {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int, t target) {
+			defer func() { <-sem; wg.Done() }()
+			pr := n.probeWarm(ctx, t.h)
+			probes[i] = claimProbe{ID: t.id, Handle: t.h, OK: pr.OK, Gone: pr.Gone}
+		}(i, t)
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return state
+	}
+
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return state
+	}
+	live := make(map[string]vmm.Handle, len(n.tab.byID))
+	for id, sb := range n.tab.byID {
+		if !sb.rec.Hibernated && !sb.rec.Handle.Paused {
+			live[id] = sb.rec.Handle
+		}
+	}
+	n.mu.Unlock()
+	restore, next := planRestores(probes, live, state, n.now())
+	if len(restore) == 0 {
+		return next
+	}
+
+	byID := make(map[string]claimProbe, len(probes))
+	for _, p := range probes {
+		byID[p.ID] = p
+	}
+	ok := make([]bool, len(restore))
+	for i, id := range restore {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int, p claimProbe) {
+			defer func() { <-sem; wg.Done() }()
+			ok[i] = n.restoreClaimed(ctx, p)
+		}(i, byID[id])
+	}
+	wg.Wait()
+	now := n.now()
+	for i, id := range restore {
+		if ok[i] {
+			delete(next, id)
+		} else {
+			next[id] = restoreFailed(next[id], now)
+		}
+	}
+	return next
+}
+
+// restoreClaimed restores the sandbox of p whose agent is dead. It holds
+// the sandbox's lifecycle lock (so a release waits for it and then destroys
+// the restored VM) but calls the driver outside the node mutex, and records
+// the new handle only if the claim still holds the probed one. It reports
+// whether the sandbox ended restored (or no longer needs it).
+func (n *Node) restoreClaimed(ctx context.Context, p claimProbe) bool {
+	sb := n.lookup(p.ID)
+	if sb == nil {
+		return true
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.gone {
+		return true
+	}
+	current := func() bool {
+		return n.tab.byID[p.ID] == sb && !sb.rec.Hibernated && sameVM(sb.rec.Handle, p.Handle)
+	}
+	n.mu.Lock()
+	still := current()
+	n.mu.Unlock()
+	if !still {
+		return true // released, hibernated or woken meanwhile: not what was probed
+	}
+	why := "agent failed its health check twice in a row"
+	if p.Gone {
+		why = "the driver reports the VM not running"
+	}
+	rctx, cancel := context.WithTimeout(ctx, restoreTimeout)
+	h, err := n.driver.Restore(rctx, p.Handle)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return false // shutting down: the next start restores it
+		}
+		n.metrics.restores.WithLabelValues("failed").Inc()
+		n.log.Error(err, "Cannot restore a claimed sandbox whose agent died; keeping it for a later sweep",
+			"id", p.ID, "vm", p.Handle.ID, "reason", why)
+		return false
+	}
+	n.mu.Lock()
+	if !current() {
+		// Cannot happen while sb.mu is held; never overwrite a newer handle.
+		n.mu.Unlock()
+		n.log.Info("Claimed sandbox changed during its restore; leaving it", "id", p.ID, "vm", p.Handle.ID)
+		return true
+	}
+	if old := sb.rec.Handle.Token; old != h.Token {
+		if th := hashToken(old); old != "" && n.tab.byToken[th] == p.ID {
+			delete(n.tab.byToken, th)
+		}
+		if h.Token != "" {
+			n.tab.byToken[hashToken(h.Token)] = p.ID
+		}
+	}
+	sb.rec.Handle = h
+	rec := sb.rec
+	n.mu.Unlock()
+	if err := n.store.putSandboxes(rec); err != nil {
+		n.log.Error(err, "Cannot persist a restored sandbox", "id", p.ID)
+	}
+	n.metrics.restores.WithLabelValues("ok").Inc()
+	n.log.Info("Restored a claimed sandbox whose agent died", "id", p.ID, "vm", h.ID, "reason", why,
+		"pid", h.PID, "addr", h.Addr, "claimRef", rec.ClaimRef)
+	n.changed()
+	return true
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -135,4 +136,214 @@ func TestNode_Sim_EvictsDeadWarmVM(t *testing.T) {
 	if got := evictions(); got != "1" {
 		t.Fatalf("evictions = %s, want 1", got)
 	}
+}
+
+func TestPlanRestores(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := func(id string, pid int) vmm.Handle {
+		return vmm.Handle{ID: "vm-" + id, Dir: "/r/vm-" + id, PID: pid, Addr: fmt.Sprintf("127.0.0.1:%d", 1000+pid)}
+	}
+	ok := func(id string) claimProbe { return claimProbe{ID: id, Handle: h(id, 1), OK: true} }
+	fail := func(id string) claimProbe { return claimProbe{ID: id, Handle: h(id, 1)} }
+	gone := func(id string) claimProbe { return claimProbe{ID: id, Handle: h(id, 1), Gone: true} }
+	live := func(ids ...string) map[string]vmm.Handle {
+		m := map[string]vmm.Handle{}
+		for _, id := range ids {
+			m[id] = h(id, 1)
+		}
+		return m
+	}
+	woken := live("a")
+	woken["a"] = h("a", 2) // hibernated and woken (or restored) since the probe
+	for _, tc := range []struct {
+		name    string
+		probes  []claimProbe
+		live    map[string]vmm.Handle
+		state   map[string]claimHealth
+		restore []string
+		next    map[string]claimHealth
+	}{
+		{name: "nothing claimed", live: live(), state: map[string]claimHealth{"a": {Strikes: 1}}, next: map[string]claimHealth{}},
+		{name: "all healthy", probes: []claimProbe{ok("a"), ok("b")}, live: live("a", "b"), next: map[string]claimHealth{}},
+		{name: "first failure is a strike", probes: []claimProbe{fail("a"), ok("b")}, live: live("a", "b"),
+			next: map[string]claimHealth{"a": {Strikes: 1}}},
+		{name: "second failure in a row restores", probes: []claimProbe{fail("a")}, live: live("a"),
+			state: map[string]claimHealth{"a": {Strikes: 1}}, restore: []string{"a"},
+			next: map[string]claimHealth{"a": {Strikes: 2}}},
+		{name: "gone restores at once", probes: []claimProbe{gone("a"), fail("b")}, live: live("a", "b"),
+			restore: []string{"a"}, next: map[string]claimHealth{"a": {Strikes: 1}, "b": {Strikes: 1}}},
+		{name: "a success clears strikes and backoff", probes: []claimProbe{ok("a")}, live: live("a"),
+			state: map[string]claimHealth{"a": {Strikes: 4, Failures: 2, RetryAt: now.Add(time.Minute)}}, next: map[string]claimHealth{}},
+		{name: "released meanwhile is left alone", probes: []claimProbe{gone("a")}, live: live("b"),
+			state: map[string]claimHealth{"a": {Strikes: 1}}, next: map[string]claimHealth{}},
+		{name: "hibernated meanwhile is left alone", probes: []claimProbe{gone("a")}, live: live(),
+			next: map[string]claimHealth{}},
+		{name: "handle changed since the probe is left alone", probes: []claimProbe{gone("a")}, live: woken,
+			state: map[string]claimHealth{"a": {Strikes: 1}}, next: map[string]claimHealth{}},
+		{name: "failed restore waits for its backoff", probes: []claimProbe{gone("a")}, live: live("a"),
+			state: map[string]claimHealth{"a": {Strikes: 3, Failures: 1, RetryAt: now.Add(time.Second)}},
+			next:  map[string]claimHealth{"a": {Strikes: 4, Failures: 1, RetryAt: now.Add(time.Second)}}},
+		{name: "failed restore retried once its backoff passed", probes: []claimProbe{fail("a")}, live: live("a"),
+			state: map[string]claimHealth{"a": {Strikes: 3, Failures: 1, RetryAt: now}}, restore: []string{"a"},
+			next: map[string]claimHealth{"a": {Strikes: 4, Failures: 1, RetryAt: now}}},
+		{name: "state of sandboxes not probed is dropped", probes: []claimProbe{ok("a")}, live: live("a", "new"),
+			state: map[string]claimHealth{"old": {Strikes: 1}, "new": {Strikes: 1, Failures: 1}}, next: map[string]claimHealth{}},
+		{name: "restores in probe order", probes: []claimProbe{fail("z"), gone("m"), fail("a"), fail("q")},
+			live: live("a", "m", "q", "z"), state: map[string]claimHealth{"z": {Strikes: 1}, "a": {Strikes: 3}},
+			restore: []string{"z", "m", "a"},
+			next:    map[string]claimHealth{"z": {Strikes: 2}, "m": {Strikes: 1}, "a": {Strikes: 4}, "q": {Strikes: 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			restore, next := planRestores(tc.probes, tc.live, tc.state, now)
+			if !reflect.DeepEqual(restore, tc.restore) {
+				t.Errorf("restore = %v, want %v", restore, tc.restore)
+			}
+			if !reflect.DeepEqual(next, tc.next) {
+				t.Errorf("next = %v, want %v", next, tc.next)
+			}
+		})
+	}
+}
+
+func TestRestoreBackoff(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		failures int
+		want     time.Duration
+	}{
+		{1, restoreBackoffMin}, {2, 2 * restoreBackoffMin}, {3, 4 * restoreBackoffMin},
+		{7, restoreBackoffMax}, {1000, restoreBackoffMax},
+	} {
+		if got := restoreBackoff(tc.failures); got != tc.want {
+			t.Errorf("restoreBackoff(%d) = %v, want %v", tc.failures, got, tc.want)
+		}
+	}
+	s := claimHealth{Strikes: 2}
+	var waits []time.Duration
+	for i := 0; i < 10; i++ {
+		s = restoreFailed(s, now)
+		waits = append(waits, s.RetryAt.Sub(now))
+	}
+	if s.Failures != 10 || s.Strikes != 2 {
+		t.Fatalf("after 10 failures: %+v", s)
+	}
+	for i := 1; i < len(waits); i++ {
+		if waits[i] < waits[i-1] || waits[i] > restoreBackoffMax {
+			t.Fatalf("backoff not monotone and bounded: %v", waits)
+		}
+	}
+}
+
+// A claimed sandbox whose agent dies is restored by the health sweep on the
+// same run directory (its files survive) with a new address that answers;
+// a hibernated sandbox is never probed nor restored.
+func TestNode_Sim_RestoresDeadClaimedSandbox(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "vms")
+	drv := newSim(t, root)
+	tn := startNode(t, drv, func(c *Config) { c.WarmCheckInterval = 50 * time.Millisecond })
+	if _, err := tn.root.PutPools(bg, pools("img", 2)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 2)
+	c1, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/live", TTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/asleep", TTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.root.Hibernate(bg, c2.ID); err != nil {
+		t.Fatal(err)
+	}
+	handle := func(id string) vmm.Handle {
+		tn.mu.Lock()
+		defer tn.mu.Unlock()
+		sb := tn.tab.byID[id]
+		if sb == nil {
+			t.Fatalf("sandbox %s left the claim table", id)
+		}
+		return sb.rec.Handle
+	}
+	h1, h2 := handle(c1.ID), handle(c2.ID)
+	if h1.PID <= 0 || h2.PID <= 0 || !h2.Paused {
+		t.Fatalf("handles %+v %+v", h1, h2)
+	}
+	keep := filepath.Join(h1.Dir, "home", "keep.txt")
+	if err := os.WriteFile(keep, []byte("still here"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	restores := func(result string) string {
+		_, body := rawDo(t, "GET", tn.srv.URL+"/metrics", "", "")
+		prefix := `hearth_node_sandbox_restores_total{result="` + result + `"} `
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, prefix) {
+				return strings.TrimPrefix(l, prefix)
+			}
+		}
+		return ""
+	}
+	if got := restores("ok"); got != "0" {
+		t.Fatalf("restores before any death = %q", got)
+	}
+
+	// Both agents die; only the running sandbox is brought back.
+	for _, h := range []vmm.Handle{h1, h2} {
+		if err := syscall.Kill(-h.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restored := func(want string, old vmm.Handle) vmm.Handle {
+		t.Helper()
+		var g Sandbox
+		waitFor(t, func() bool {
+			if restores("ok") != want {
+				return false
+			}
+			g, err = tn.root.Get(bg, c1.ID)
+			return err == nil && g.Addr != "" && agentHealth(g.Addr) == http.StatusNoContent
+		})
+		h := handle(c1.ID)
+		if h.PID == old.PID || h.Addr != g.Addr || h.ID != old.ID || h.Dir != old.Dir || h.Token != old.Token {
+			t.Fatalf("restored handle %+v, was %+v (listed addr %s)", h, old, g.Addr)
+		}
+		if g.Hibernated || g.ClaimRef != "ns/live" || !g.Deadline.Equal(c1.Deadline) {
+			t.Fatalf("restored sandbox %+v", g)
+		}
+		b, err := os.ReadFile(keep)
+		if err != nil || string(b) != "still here" {
+			t.Fatalf("guest file after restore: %q %v", b, err)
+		}
+		recs, err := tn.store.sandboxes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.ID == c1.ID && !sameVM(r.Handle, h) {
+				t.Fatalf("persisted handle %+v, want %+v", r.Handle, h)
+			}
+		}
+		return h
+	}
+	h1b := restored("1", h1)
+	// Once more: it is restored again, and all along (several sweeps) the
+	// hibernated sandbox was left alone.
+	if err := syscall.Kill(-h1b.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	restored("2", h1b)
+	if got := restores("failed"); got != "0" {
+		t.Fatalf("failed restores = %s", got)
+	}
+	if got := handle(c2.ID); !sameVM(got, h2) {
+		t.Fatalf("the hibernated sandbox was touched: %+v, was %+v", got, h2)
+	}
+	if g2, err := tn.root.Get(bg, c2.ID); err != nil || !g2.Hibernated {
+		t.Fatalf("hibernated sandbox: %+v %v", g2, err)
+	}
+	if err := tn.root.Release(bg, c1.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, err := os.Stat(h1.Dir); return os.IsNotExist(err) })
 }

@@ -17,6 +17,7 @@ type metrics struct {
 	reaped          prometheus.Counter
 	publishFailures prometheus.Counter
 	warmEvictions   prometheus.Counter
+	restores        *prometheus.CounterVec
 }
 
 var (
@@ -47,11 +48,17 @@ func newMetrics(n *Node) *metrics {
 		publishFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_inventory_publish_failures_total", Help: "Failed inventory publishes."}),
 		warmEvictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_warm_evictions_total",
 			Help: "Warm VMs the health sweep evicted (agent unhealthy twice in a row, or VM gone)."}),
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hearth_node_sandbox_restores_total",
+			Help: "Claimed sandboxes whose agent died that the health sweep restored (Driver.Restore), by result (ok, failed)."},
+			[]string{"result"}),
+	}
+	for _, l := range []string{"ok", "failed"} {
+		m.restores.WithLabelValues(l)
 	}
 	for _, l := range []string{"delivered", "no_capacity", "invalid", "error"} {
 		m.claims.WithLabelValues(l)
 	}
-	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures, m.warmEvictions,
+	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures, m.warmEvictions, m.restores,
 		tableCollector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -57,7 +57,9 @@ type Config struct {
 	// WarmCheckInterval is the cadence of the warm-pool health sweep, which
 	// probes every warm VM's agent (GET /health) off the claim path and
 	// evicts (destroys, then refills) a VM that fails two sweeps in a row or
-	// whose driver reports it not running. Zero means
+	// whose driver reports it not running. The same sweep probes claimed,
+	// non-hibernated sandboxes and restores (Driver.Restore, never destroys)
+	// one that fails two sweeps in a row or whose VM is gone. Zero means
 	// DefaultWarmCheckInterval (10s); a negative value disables the sweep.
 	WarmCheckInterval time.Duration
 }
