@@ -309,7 +309,11 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 	if incoming != "" {
 		m.Incoming = "defer"
 	}
+	// A host port picked free may be taken before QEMU binds it; QEMU then
+	// exits (possibly after its QMP socket appeared) saying "host
+	// forwarding", and a new port is tried.
 	var pid int
+	var q *QMP
 	var lastErr error
 	for attempt := 0; attempt < 4; attempt++ {
 		port, err := freePort()
@@ -322,7 +326,12 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 		}
 		pid, lastErr = d.spawn(ctx, dir, m)
 		if lastErr == nil {
-			break
+			q, lastErr = dialQMPWhileAlive(ctx, m.QMPSocket, pid)
+			if lastErr == nil {
+				break
+			}
+			lastErr = d.exitErr(dir, pid, fmt.Errorf("qemu: qmp: %w", lastErr))
+			d.kill(pid, dir)
 		}
 		if !strings.Contains(lastErr.Error(), "host forwarding") {
 			return vmm.Handle{}, lastErr
@@ -334,10 +343,6 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 	rec.Handle.PID = pid
 	rec.Handle.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(m.HostPort))
 	rec.Handle.Meta = map[string]string{"qmp": m.QMPSocket, "accel": m.Accel, "memory": memMode(rec)}
-	q, err := DialQMP(ctx, m.QMPSocket)
-	if err != nil {
-		return vmm.Handle{}, d.exitErr(dir, pid, fmt.Errorf("qemu: qmp: %w", err))
-	}
 	defer q.Close()
 	if incoming != "" {
 		// The stream's RAM blocks were skipped (x-ignore-shared) exactly
@@ -420,6 +425,25 @@ func (d *Driver) spawn(ctx context.Context, dir string, m Machine) (int, error) 
 		case <-ctx.Done():
 			_ = cmd.Process.Kill()
 			return 0, fmt.Errorf("qemu: waiting for qmp socket: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// dialQMPWhileAlive connects to QEMU's QMP socket, retrying while the
+// socket exists but is not yet listening (QEMU binds it before it listens)
+// and the process is alive.
+func dialQMPWhileAlive(ctx context.Context, sock string, pid int) (*QMP, error) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		q, err := DialQMP(ctx, sock)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || !pidAlive(pid, sock) {
+			return q, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
 		case <-tick.C:
 		}
 	}
