@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"hash/maphash"
+	"maps"
 	"sort"
 	"strconv"
 
@@ -115,6 +116,10 @@ func build(invs []*NodeInventory, prev *View) *View {
 		}
 	}
 	sort.SliceStable(v.nodes, func(i, j int) bool { return v.nodes[i].Name < v.nodes[j].Name })
+	if prev != nil && v.patch(prev, n) {
+		v.sum = v.contentSum()
+		return v
+	}
 	v.slots = make([]slot, 0, n)
 	v.byName = make(map[uint64]int32, n)
 	v.byID = make(map[uint64]int32, n)
@@ -170,6 +175,12 @@ func build(invs []*NodeInventory, prev *View) *View {
 			}
 		}
 	}
+	v.sum = v.contentSum()
+	return v
+}
+
+// contentSum hashes the nodes and every slot's content hash (see Sum).
+func (v *View) contentSum() uint64 {
 	h := uint64(fnvOffset)
 	for i := range v.nodes {
 		h = fnvString(h, v.nodes[i].Name)
@@ -181,8 +192,83 @@ func build(invs []*NodeInventory, prev *View) *View {
 			h *= fnvPrime
 		}
 	}
-	v.sum = h
-	return v
+	return h
+}
+
+// patch is Next's fast path for the common tick: the same nodes in the same
+// order with the same entry counts, and only a few of them republished (a
+// new object). The slots and both indexes of prev are then copied and only
+// the republished nodes' entries are re-hashed and re-indexed, instead of
+// re-inserting every entry into fresh maps. It applies only when prev has
+// no duplicate name or id hashes and the result has none either (every key
+// maps to exactly one slot, no chains); otherwise it returns false, leaving
+// v.slots and the indexes unset, and build takes the general path.
+func (v *View) patch(prev *View, n int) bool {
+	if prev.dups || prev.byIDSlow != nil || len(prev.slots) == 0 || len(prev.slots) != n ||
+		len(prev.nodes) != len(v.nodes) || len(prev.byName) != len(prev.slots) {
+		return false
+	}
+	changed := 0
+	for i := range v.nodes {
+		nd, pn := &v.nodes[i], &prev.nodes[i]
+		if nd.Name != pn.Name || len(nd.inv.Entries) != len(pn.inv.Entries) {
+			return false
+		}
+		if nd.inv != pn.inv {
+			changed += len(nd.inv.Entries)
+		}
+	}
+	// Re-indexing a changed entry costs a delete and an insert on top of
+	// the copies; past a fraction of the view a fresh build is cheaper.
+	if changed > n/4 {
+		return false
+	}
+	slots := make([]slot, n)
+	copy(slots, prev.slots)
+	byName := maps.Clone(prev.byName)
+	byID := maps.Clone(prev.byID)
+	if byID == nil {
+		byID = make(map[uint64]int32)
+	}
+	// Drop the republished nodes' old keys first: an entry may move
+	// between two republished nodes.
+	for i := range v.nodes {
+		if old := prev.nodes[i].inv; v.nodes[i].inv != old {
+			for ei := range old.Entries {
+				e := &old.Entries[ei]
+				delete(byName, indexKey(e.Name))
+				if e.ID != "" {
+					delete(byID, indexKey(e.ID))
+				}
+			}
+		}
+	}
+	off := int32(0)
+	for ni := range v.nodes {
+		nd := &v.nodes[ni]
+		if nd.inv != prev.nodes[ni].inv {
+			for ei := range nd.inv.Entries {
+				e := &nd.inv.Entries[ei]
+				si := off + int32(ei)
+				slots[si] = slot{hash: Hash(nd.Name, e), node: int32(ni), entry: int32(ei), next: -1}
+				k := indexKey(e.Name)
+				if _, taken := byName[k]; taken {
+					return false // a duplicate (or colliding) name
+				}
+				byName[k] = si
+				if e.ID != "" {
+					k = indexKey(e.ID)
+					if _, taken := byID[k]; taken {
+						return false // a repeated (or colliding) id
+					}
+					byID[k] = si
+				}
+			}
+		}
+		off += int32(len(nd.inv.Entries))
+	}
+	v.slots, v.byName, v.byID = slots, byName, byID
+	return true
 }
 
 // Sum is a content hash of the whole view (nodes, addresses and entries).
