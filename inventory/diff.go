@@ -39,11 +39,11 @@ type Event struct {
 func Diff(old, new *View, keep func(Item) bool) []Event {
 	var out []Event
 	skipNew, skipOld := unchanged(old, new)
-	for i := 0; i < new.Len(); i++ {
-		if skipNew != nil && skipNew[new.slots[i].node] {
+	for ni, ei := range new.refs() {
+		if skipNew != nil && skipNew[ni] {
 			continue
 		}
-		it := new.At(i)
+		it := new.item(mkref(ni, ei))
 		name := it.Entry.Name
 		first, ok := new.first(name, keep)
 		if !ok || first.Entry != it.Entry || first.Node != it.Node {
@@ -57,11 +57,11 @@ func Diff(old, new *View, keep func(Item) bool) []Event {
 			out = append(out, Event{Type: Modified, Name: name, Item: it, Old: prev})
 		}
 	}
-	for i := 0; i < old.Len(); i++ {
-		if skipOld != nil && skipOld[old.slots[i].node] {
+	for ni, ei := range old.refs() {
+		if skipOld != nil && skipOld[ni] {
 			continue
 		}
-		it := old.At(i)
+		it := old.item(mkref(ni, ei))
 		name := it.Entry.Name
 		first, ok := old.first(name, keep)
 		if !ok || first.Entry != it.Entry || first.Node != it.Node {
@@ -119,4 +119,21 @@ func unchanged(old, new *View) (skipNew, skipOld []bool) {
 		return nil, nil
 	}
 	return skipNew, skipOld
+}
+
+// refs yields (node index, entry index) for every entry of v in view
+// order; a nil v yields nothing.
+func (v *View) refs() func(yield func(int, int) bool) {
+	return func(yield func(int, int) bool) {
+		if v == nil {
+			return
+		}
+		for ni := range v.nodes {
+			for ei := range v.nodes[ni].inv.Entries {
+				if !yield(ni, ei) {
+					return
+				}
+			}
+		}
+	}
 }

@@ -78,6 +78,12 @@ func TestNext_PatchedIndexesEqualNewView(t *testing.T) {
 		{a4, b4, c4},
 		{a4, b4, c4},
 		{b4, a4, c4}, // input order changed, same view
+		// Entry counts change (a claim, a release): the patch path.
+		{inv("a", "", e("ns/1", "sb_1"), e("ns/2", "sb_2"), e("ns/9", "sb_9")), b4, c4},
+		{inv("a", "", e("ns/1", "sb_1")), b4, inv("c", "", e("ns/5", "sb_5"), e("ns/2", "sb_2"), e("ns/10", ""))},
+		{inv("a", ""), inv("b", "", e("ns/8", "sb_8")), inv("c", "", e("ns/5", "sb_5"), e("ns/2", "sb_2"), e("ns/4", "sb_44"))},
+		{inv("a", "", e("ns/4", "sb_44")), inv("b", "", e("ns/8", "sb_8")), inv("c", "", e("ns/5", "sb_5"))}, // moved, count changed
+		{inv("a", "", e("ns/4", "sb_44"), e("ns/8", "sb_x")), inv("b", "", e("ns/8", "sb_8")), c4},           // duplicate name (general path)
 	}
 	fleetSteps := func() [][]*NodeInventory {
 		invs := fleet(8, 50)
@@ -91,6 +97,27 @@ func TestNext_PatchedIndexesEqualNewView(t *testing.T) {
 			next[n].Entries[tick%50].Phase = fmt.Sprint("p", tick)
 			if tick%3 == 0 { // rename one entry, keep the count
 				next[n].Entries[(tick+1)%50].Name = fmt.Sprint("ns/renamed-", tick)
+			}
+			cur = next
+			out = append(out, cur)
+		}
+		// Republished nodes gain and lose entries (claims and releases).
+		for tick := 0; tick < 30; tick++ {
+			next := append([]*NodeInventory(nil), cur...)
+			for _, n := range []int{tick % len(next), (tick * 3) % len(next)} {
+				next[n] = next[n].DeepCopy()
+				es := next[n].Entries
+				switch {
+				case tick%3 == 0 && len(es) > 0: // release: drop an entry from the middle
+					i := (tick * 7) % len(es)
+					es = append(es[:i:i], es[i+1:]...)
+				case tick%3 == 1: // claim: a new entry
+					es = append(es, Entry{Name: fmt.Sprintf("ns/new-%d-%d", tick, n), ID: fmt.Sprintf("sb_new_%d_%d", tick, n), Phase: "Running"})
+				default: // two new ones, one of them without an id
+					es = append(es, Entry{Name: fmt.Sprintf("ns/new2-%d-%d", tick, n), ID: fmt.Sprintf("sb_new2_%d_%d", tick, n)},
+						Entry{Name: fmt.Sprintf("ns/noid-%d-%d", tick, n)})
+				}
+				next[n].Entries = es
 			}
 			cur = next
 			out = append(out, cur)

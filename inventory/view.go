@@ -15,27 +15,47 @@ import (
 //
 // A View never copies the NodeInventory objects it is built from and never
 // mutates them: it holds them and reuses their strings. Holding a View costs
-// a small fixed number of bytes per entry (three int32s and a hash in a
-// slot, plus one integer-keyed slot in each of two maps); resolving one
-// sandbox allocates nothing. A View is safe for concurrent readers.
+// a small fixed number of bytes per entry (a content hash, plus one
+// integer-keyed slot in each of two maps); resolving one sandbox allocates
+// nothing. A View is safe for concurrent readers.
 //
 // The indexes are keyed by a 64-bit hash of the name or id (cheaper to
 // build than string keys, and nothing for the GC to scan); lookups compare
 // the actual strings, so a hash collision costs a longer chain, never a
 // wrong answer.
+//
+// Index values are refs, (node index, entry index) pairs, not positions in
+// one global array: a node whose entry count changes leaves every other
+// node's refs valid, so Next can patch the previous indexes whenever the
+// node set and order are unchanged.
 type View struct {
 	nodes []Node
-	slots []slot
-	// byName: hash of a name → first slot with that hash; the others chain
-	// via slot.next in slot order (equal names, or rarely colliding ones).
-	byName map[uint64]int32
-	// byID: hash of a claim id → first slot holding it. When two ids share
+	// hashes[i] are the content hashes of nodes[i]'s entries, in entry
+	// order. A node whose inventory object is reused from the previous view
+	// shares that view's slice (it is never written after build).
+	hashes [][]uint64
+	// offs[i] is the position (in At order) of nodes[i]'s first entry;
+	// offs[len(nodes)] is Len.
+	offs []int32
+	// byName: hash of a name → first entry with that hash; the others chain
+	// via next in view order (equal names, or rarely colliding ones).
+	byName map[uint64]ref
+	// next chains the entries sharing a name hash (only when dups).
+	next map[ref]ref
+	// byID: hash of a claim id → the entry holding it. When two ids share
 	// a hash (or an id repeats), byIDSlow replaces it.
-	byID     map[uint64]int32
-	byIDSlow map[string]int32
+	byID     map[uint64]ref
+	byIDSlow map[string]ref
 	sum      uint64 // content hash of the whole view
 	dups     bool   // some name hash is held by more than one entry
 }
+
+// ref locates an entry: node index << 32 | entry index.
+type ref uint64
+
+func mkref(node, entry int) ref { return ref(uint64(node)<<32 | uint64(uint32(entry))) }
+func (r ref) node() int         { return int(r >> 32) }
+func (r ref) entry() int        { return int(uint32(r)) }
 
 // keySeed seeds the index hashes; views of one process share it.
 var keySeed = maphash.MakeSeed()
@@ -56,13 +76,6 @@ type Node struct {
 
 // Inventory returns the NodeInventory the node was read from.
 func (n *Node) Inventory() *NodeInventory { return n.inv }
-
-type slot struct {
-	hash  uint64 // content hash of the entry (resourceVersion)
-	node  int32  // index into View.nodes
-	entry int32  // index into that node's Entries
-	next  int32  // next slot with the same name, or -1
-}
 
 // Item is one resolved entry: the entry and the node that published it.
 // Both point into the View; treat them as read-only.
@@ -85,25 +98,23 @@ func NewView(invs []*NodeInventory) *View { return build(invs, nil) }
 // hashes for every inventory object v was also built from (the same
 // pointer: inventories are never mutated while a View uses them), so a
 // re-derive after one node republished hashes only that node's entries.
-// A nil v is NewView.
+// When the nodes are the same (names, in the same order) it also patches
+// v's indexes instead of rebuilding them: only the republished nodes'
+// entries are re-indexed, whatever their new counts. A nil v is NewView.
 func (v *View) Next(invs []*NodeInventory) *View { return build(invs, v) }
 
-// segment is where one node's entries sit in a View's slots.
-type segment struct {
-	off  int32  // index of the node's first slot
-	n    int32  // number of entries
-	node string // the node's name in that View
-}
-
-// segments maps each node's inventory object to its segment.
-func (v *View) segments() map[*NodeInventory]segment {
-	out := make(map[*NodeInventory]segment, len(v.nodes))
-	off := int32(0)
-	for i := range v.nodes {
-		out[v.nodes[i].inv] = segment{off: off, n: int32(len(v.nodes[i].inv.Entries)), node: v.nodes[i].Name}
-		off += int32(len(v.nodes[i].inv.Entries))
+// hashesOf returns the content hashes of nd's entries: prev's slice when
+// prev was built from the same object under the same name (the node name
+// is hashed too), else freshly computed.
+func hashesOf(nd *Node, reuse map[*NodeInventory]int, prev *View) []uint64 {
+	if pi, ok := reuse[nd.inv]; ok && prev.nodes[pi].Name == nd.Name {
+		return prev.hashes[pi]
 	}
-	return out
+	hs := make([]uint64, len(nd.inv.Entries))
+	for ei := range nd.inv.Entries {
+		hs[ei] = Hash(nd.Name, &nd.inv.Entries[ei])
+	}
+	return hs
 }
 
 func build(invs []*NodeInventory, prev *View) *View {
@@ -116,62 +127,68 @@ func build(invs []*NodeInventory, prev *View) *View {
 		}
 	}
 	sort.SliceStable(v.nodes, func(i, j int) bool { return v.nodes[i].Name < v.nodes[j].Name })
+	v.offs = make([]int32, len(v.nodes)+1)
+	for i := range v.nodes {
+		v.offs[i+1] = v.offs[i] + int32(len(v.nodes[i].inv.Entries))
+	}
 	if prev != nil && v.patch(prev, n) {
 		v.sum = v.contentSum()
 		return v
 	}
-	v.slots = make([]slot, 0, n)
-	v.byName = make(map[uint64]int32, n)
-	v.byID = make(map[uint64]int32, n)
-	var reuse map[*NodeInventory]segment
-	if prev != nil && len(prev.slots) > 0 {
-		reuse = prev.segments()
-	}
-	for ni := range v.nodes {
-		nd := &v.nodes[ni]
-		seg, same := reuse[nd.inv]
-		// A reused object hashes the same (its node name is hashed too).
-		same = same && seg.node == nd.Name && int(seg.n) == len(nd.inv.Entries)
-		for ei := range nd.inv.Entries {
-			var h uint64
-			if same {
-				h = prev.slots[seg.off+int32(ei)].hash
-			} else {
-				h = Hash(nd.Name, &nd.inv.Entries[ei])
-			}
-			v.slots = append(v.slots, slot{hash: h, node: int32(ni), entry: int32(ei), next: -1})
+	var reuse map[*NodeInventory]int
+	if prev != nil && len(prev.nodes) > 0 {
+		reuse = make(map[*NodeInventory]int, len(prev.nodes))
+		for i := range prev.nodes {
+			reuse[prev.nodes[i].inv] = i
 		}
 	}
-	// Index backwards so that the first slot of a name or id is the one
+	v.hashes = make([][]uint64, len(v.nodes))
+	for ni := range v.nodes {
+		v.hashes[ni] = hashesOf(&v.nodes[ni], reuse, prev)
+	}
+	v.byName = make(map[uint64]ref, n)
+	v.byID = make(map[uint64]ref, n)
+	// Index backwards so that the first entry of a name or id is the one
 	// left in the map: one map write per key, no lookups.
 	ids := 0
-	for si := int32(len(v.slots)) - 1; si >= 0; si-- {
-		e := v.entry(si)
-		v.byName[indexKey(e.Name)] = si
-		if e.ID != "" {
-			v.byID[indexKey(e.ID)] = si
-			ids++
+	for ni := len(v.nodes) - 1; ni >= 0; ni-- {
+		es := v.nodes[ni].inv.Entries
+		for ei := len(es) - 1; ei >= 0; ei-- {
+			e := &es[ei]
+			r := mkref(ni, ei)
+			v.byName[indexKey(e.Name)] = r
+			if e.ID != "" {
+				v.byID[indexKey(e.ID)] = r
+				ids++
+			}
 		}
 	}
 	// Names sharing a hash (duplicates; collisions are rarer still) are
-	// chained in slot order.
-	if len(v.byName) < len(v.slots) {
+	// chained in view order.
+	if len(v.byName) < n {
 		v.dups = true
-		tails := map[uint64]int32{}
-		for si := range v.slots {
-			k := indexKey(v.entry(int32(si)).Name)
-			if tail, ok := tails[k]; ok {
-				v.slots[tail].next = int32(si)
+		v.next = map[ref]ref{}
+		tails := map[uint64]ref{}
+		for ni := range v.nodes {
+			es := v.nodes[ni].inv.Entries
+			for ei := range es {
+				k, r := indexKey(es[ei].Name), mkref(ni, ei)
+				if tail, ok := tails[k]; ok {
+					v.next[tail] = r
+				}
+				tails[k] = r
 			}
-			tails[k] = int32(si)
 		}
 	}
 	if len(v.byID) < ids {
 		v.byID = nil
-		v.byIDSlow = make(map[string]int32, ids)
-		for si := int32(len(v.slots)) - 1; si >= 0; si-- {
-			if e := v.entry(si); e.ID != "" {
-				v.byIDSlow[e.ID] = si
+		v.byIDSlow = make(map[string]ref, ids)
+		for ni := len(v.nodes) - 1; ni >= 0; ni-- {
+			es := v.nodes[ni].inv.Entries
+			for ei := len(es) - 1; ei >= 0; ei-- {
+				if id := es[ei].ID; id != "" {
+					v.byIDSlow[id] = mkref(ni, ei)
+				}
 			}
 		}
 	}
@@ -179,56 +196,62 @@ func build(invs []*NodeInventory, prev *View) *View {
 	return v
 }
 
-// contentSum hashes the nodes and every slot's content hash (see Sum).
+// contentSum hashes the nodes and every entry's content hash (see Sum).
 func (v *View) contentSum() uint64 {
 	h := uint64(fnvOffset)
 	for i := range v.nodes {
 		h = fnvString(h, v.nodes[i].Name)
 		h = fnvString(h, v.nodes[i].Address)
 	}
-	for i := range v.slots {
-		for b := 0; b < 8; b++ {
-			h ^= uint64(byte(v.slots[i].hash >> (8 * b)))
-			h *= fnvPrime
+	for _, hs := range v.hashes {
+		for _, eh := range hs {
+			for b := 0; b < 8; b++ {
+				h ^= uint64(byte(eh >> (8 * b)))
+				h *= fnvPrime
+			}
 		}
 	}
 	return h
 }
 
-// patch is Next's fast path for the common tick: the same nodes in the same
-// order with the same entry counts, and only a few of them republished (a
-// new object). The slots and both indexes of prev are then copied and only
-// the republished nodes' entries are re-hashed and re-indexed, instead of
-// re-inserting every entry into fresh maps. It applies only when prev has
-// no duplicate name or id hashes and the result has none either (every key
-// maps to exactly one slot, no chains); otherwise it returns false, leaving
-// v.slots and the indexes unset, and build takes the general path.
+// patch is Next's fast path for the common tick: the same nodes (names) in
+// the same order, and only a few of them republished (a new object, with
+// any entry count). Both indexes of prev are then copied and only the
+// republished nodes' entries are re-hashed and re-indexed, instead of
+// re-inserting every entry into fresh maps: refs of the other nodes stay
+// valid since a ref names a node and an entry within it. It applies only
+// when prev has no duplicate name or id hashes and the result has none
+// either (every key maps to exactly one entry, no chains); otherwise it
+// returns false, leaving v.hashes and the indexes unset, and build takes
+// the general path.
 func (v *View) patch(prev *View, n int) bool {
-	if prev.dups || prev.byIDSlow != nil || len(prev.slots) == 0 || len(prev.slots) != n ||
-		len(prev.nodes) != len(v.nodes) || len(prev.byName) != len(prev.slots) {
+	pn := prev.Len()
+	if prev.dups || prev.byIDSlow != nil || pn == 0 ||
+		len(prev.nodes) != len(v.nodes) || len(prev.byName) != pn {
 		return false
 	}
-	changed := 0
+	changed, dropped := 0, 0
 	for i := range v.nodes {
-		nd, pn := &v.nodes[i], &prev.nodes[i]
-		if nd.Name != pn.Name || len(nd.inv.Entries) != len(pn.inv.Entries) {
+		nd, po := &v.nodes[i], &prev.nodes[i]
+		if nd.Name != po.Name {
 			return false
 		}
-		if nd.inv != pn.inv {
+		if nd.inv != po.inv {
 			changed += len(nd.inv.Entries)
+			dropped += len(po.inv.Entries)
 		}
 	}
 	// Re-indexing a changed entry costs a delete and an insert on top of
 	// the copies; past a fraction of the view a fresh build is cheaper.
-	if changed > n/4 {
+	if changed > n/4 || dropped > pn/4 {
 		return false
 	}
-	slots := make([]slot, n)
-	copy(slots, prev.slots)
+	hashes := make([][]uint64, len(v.nodes))
+	copy(hashes, prev.hashes)
 	byName := maps.Clone(prev.byName)
 	byID := maps.Clone(prev.byID)
 	if byID == nil {
-		byID = make(map[uint64]int32)
+		byID = make(map[uint64]ref)
 	}
 	// Drop the republished nodes' old keys first: an entry may move
 	// between two republished nodes.
@@ -243,31 +266,32 @@ func (v *View) patch(prev *View, n int) bool {
 			}
 		}
 	}
-	off := int32(0)
 	for ni := range v.nodes {
 		nd := &v.nodes[ni]
-		if nd.inv != prev.nodes[ni].inv {
-			for ei := range nd.inv.Entries {
-				e := &nd.inv.Entries[ei]
-				si := off + int32(ei)
-				slots[si] = slot{hash: Hash(nd.Name, e), node: int32(ni), entry: int32(ei), next: -1}
-				k := indexKey(e.Name)
-				if _, taken := byName[k]; taken {
-					return false // a duplicate (or colliding) name
+		if nd.inv == prev.nodes[ni].inv {
+			continue
+		}
+		hs := make([]uint64, len(nd.inv.Entries))
+		for ei := range nd.inv.Entries {
+			e := &nd.inv.Entries[ei]
+			hs[ei] = Hash(nd.Name, e)
+			r := mkref(ni, ei)
+			k := indexKey(e.Name)
+			if _, taken := byName[k]; taken {
+				return false // a duplicate (or colliding) name
+			}
+			byName[k] = r
+			if e.ID != "" {
+				k = indexKey(e.ID)
+				if _, taken := byID[k]; taken {
+					return false // a repeated (or colliding) id
 				}
-				byName[k] = si
-				if e.ID != "" {
-					k = indexKey(e.ID)
-					if _, taken := byID[k]; taken {
-						return false // a repeated (or colliding) id
-					}
-					byID[k] = si
-				}
+				byID[k] = r
 			}
 		}
-		off += int32(len(nd.inv.Entries))
+		hashes[ni] = hs
 	}
-	v.slots, v.byName, v.byID = slots, byName, byID
+	v.hashes, v.byName, v.byID = hashes, byName, byID
 	return true
 }
 
@@ -287,15 +311,14 @@ func nodeName(inv *NodeInventory) string {
 	return inv.Name
 }
 
-func (v *View) entry(si int32) *Entry {
-	s := &v.slots[si]
-	return &v.nodes[s.node].inv.Entries[s.entry]
+func (v *View) entry(r ref) *Entry {
+	return &v.nodes[r.node()].inv.Entries[r.entry()]
 }
 
-func (v *View) item(si int32) Item {
-	s := &v.slots[si]
-	nd := &v.nodes[s.node]
-	return Item{Node: nd, Entry: &nd.inv.Entries[s.entry], Hash: s.hash}
+func (v *View) item(r ref) Item {
+	ni, ei := r.node(), r.entry()
+	nd := &v.nodes[ni]
+	return Item{Node: nd, Entry: &nd.inv.Entries[ei], Hash: v.hashes[ni][ei]}
 }
 
 // Nodes returns the nodes ordered by name. The slice is shared; do not modify it.
@@ -320,14 +343,29 @@ func (v *View) Node(name string) (*Node, bool) {
 
 // Len is the number of entries, duplicates included.
 func (v *View) Len() int {
-	if v == nil {
+	if v == nil || len(v.offs) == 0 {
 		return 0
 	}
-	return len(v.slots)
+	return int(v.offs[len(v.offs)-1])
 }
 
 // At returns the i-th entry (0 ≤ i < Len), in node-name then entry order.
-func (v *View) At(i int) Item { return v.item(int32(i)) }
+func (v *View) At(i int) Item {
+	if i < 0 || i >= v.Len() {
+		panic("inventory: View.At index out of range")
+	}
+	// The node holding position i: the last with offs[ni] ≤ i.
+	lo, hi := 0, len(v.nodes)-1
+	for lo < hi {
+		mid := int(uint(lo+hi+1) >> 1)
+		if int(v.offs[mid]) <= i {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return v.item(mkref(lo, i-int(v.offs[lo])))
+}
 
 // ByName resolves the first entry named name ("ns/name").
 func (v *View) ByName(name string) (Item, bool) {
@@ -342,12 +380,15 @@ func (v *View) EachByName(name string, fn func(Item) bool) {
 	if v == nil {
 		return
 	}
-	si, ok := v.byName[indexKey(name)]
-	for ok && si >= 0 {
-		if v.entry(si).Name == name && !fn(v.item(si)) {
+	r, ok := v.byName[indexKey(name)]
+	for ok {
+		if v.entry(r).Name == name && !fn(v.item(r)) {
 			return
 		}
-		si = v.slots[si].next
+		if v.next == nil {
+			return
+		}
+		r, ok = v.next[r]
 	}
 }
 
@@ -356,18 +397,18 @@ func (v *View) ByID(id string) (Item, bool) {
 	if v == nil || id == "" {
 		return Item{}, false
 	}
-	var si int32
+	var r ref
 	var ok bool
 	if v.byIDSlow != nil {
-		si, ok = v.byIDSlow[id]
+		r, ok = v.byIDSlow[id]
 	} else {
-		si, ok = v.byID[indexKey(id)]
-		ok = ok && v.entry(si).ID == id
+		r, ok = v.byID[indexKey(id)]
+		ok = ok && v.entry(r).ID == id
 	}
 	if !ok {
 		return Item{}, false
 	}
-	return v.item(si), true
+	return v.item(r), true
 }
 
 // Hash is the content hash of an entry published by node: FNV-64a over the
