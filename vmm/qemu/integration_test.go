@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/vmm"
+	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
 
 // guestDriver returns a TCG driver over the built guest, or skips when
@@ -285,7 +286,7 @@ func TestGuestLifecycle(t *testing.T) {
 		t.Fatalf("snapshot of a clone: %v", err)
 	}
 	var man manifest
-	if err := readJSON(filepath.Join(fork, "snapshot.json"), &man); err != nil || man.Memory != "stream" || man.Token != clones[0].Token {
+	if err := uds.ReadJSON(filepath.Join(fork, "snapshot.json"), &man); err != nil || man.Memory != "stream" || man.Token != clones[0].Token {
 		t.Fatalf("fork manifest = %+v, %v", man, err)
 	}
 	child, err := d.Clone(ctx, fork, vmm.Spec{ID: "child", Token: "tok-child"})

@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/vmm"
+	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
 
 // Backend is the driver's name.
@@ -372,7 +373,7 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 		}
 	}
 	rec.Machine.HostPort = m.HostPort
-	if err := writeJSON(filepath.Join(dir, "vm.json"), rec); err != nil {
+	if err := uds.WriteJSON(filepath.Join(dir, "vm.json"), rec); err != nil {
 		return vmm.Handle{}, err
 	}
 	return rec.Handle, nil
@@ -538,33 +539,13 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
-}
-
 // load reads h's record and checks that it names the same VM.
 func (d *Driver) load(h vmm.Handle) (record, error) {
 	if !validID(h.ID) {
 		return record{}, fmt.Errorf("qemu: invalid vm id %q", h.ID)
 	}
 	var rec record
-	if err := readJSON(filepath.Join(d.vmDir(h.ID), "vm.json"), &rec); err != nil {
+	if err := uds.ReadJSON(filepath.Join(d.vmDir(h.ID), "vm.json"), &rec); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return record{}, fmt.Errorf("qemu: vm %q: %w", h.ID, vmm.ErrNotRunning)
 		}
@@ -613,7 +594,7 @@ func (d *Driver) setRun(ctx context.Context, h vmm.Handle, run bool) (vmm.Handle
 		return h, err
 	}
 	rec.Handle.Paused = !run
-	if err := writeJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec); err != nil {
+	if err := uds.WriteJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec); err != nil {
 		return h, err
 	}
 	return rec.Handle, nil
@@ -654,7 +635,7 @@ func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, dir string) error {
 		return err
 	}
 	man.Paused = !st.Running
-	if err := writeJSON(filepath.Join(tmp, "snapshot.json"), man); err != nil {
+	if err := uds.WriteJSON(filepath.Join(tmp, "snapshot.json"), man); err != nil {
 		_ = os.RemoveAll(tmp)
 		return err
 	}
@@ -750,7 +731,7 @@ func copySparse(src, dst string) (int64, error) {
 
 func readManifest(dir string) (manifest, error) {
 	var man manifest
-	if err := readJSON(filepath.Join(dir, "snapshot.json"), &man); err != nil {
+	if err := uds.ReadJSON(filepath.Join(dir, "snapshot.json"), &man); err != nil {
 		return manifest{}, fmt.Errorf("%w: %v", vmm.ErrSnapshotInvalid, err)
 	}
 	if man.Backend != Backend {
@@ -809,7 +790,7 @@ func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Hand
 		if err == nil {
 			rec.Handle.Token = spec.Token
 			h = rec.Handle
-			err = writeJSON(filepath.Join(vdir, "vm.json"), rec)
+			err = uds.WriteJSON(filepath.Join(vdir, "vm.json"), rec)
 		}
 	}
 	if err != nil {
@@ -882,7 +863,7 @@ func (d *Driver) Stop(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
 		return h, err
 	}
 	man.Paused = !st.Running
-	if err := writeJSON(filepath.Join(tmp, "snapshot.json"), man); err != nil {
+	if err := uds.WriteJSON(filepath.Join(tmp, "snapshot.json"), man); err != nil {
 		return h, err
 	}
 	_ = os.RemoveAll(dst)
@@ -896,7 +877,7 @@ func (d *Driver) Stop(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
 	}
 	rec.Handle.PID = 0
 	rec.Handle.Paused = !st.Running
-	if err := writeJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec); err != nil {
+	if err := uds.WriteJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec); err != nil {
 		return h, err
 	}
 	return rec.Handle, nil
@@ -920,7 +901,7 @@ func (d *Driver) Restore(ctx context.Context, h vmm.Handle) (vmm.Handle, error) 
 			return h, err
 		}
 		rec.Handle.Paused = !st.Running
-		return rec.Handle, writeJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec)
+		return rec.Handle, uds.WriteJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec)
 	}
 	src := filepath.Join(rec.Handle.Dir, "stopped")
 	man, err := readManifest(src)
@@ -951,7 +932,7 @@ func (d *Driver) Destroy(ctx context.Context, h vmm.Handle) error {
 	dir := d.vmDir(h.ID)
 	pid := h.PID
 	var rec record
-	if err := readJSON(filepath.Join(dir, "vm.json"), &rec); err == nil {
+	if err := uds.ReadJSON(filepath.Join(dir, "vm.json"), &rec); err == nil {
 		pid = rec.Handle.PID
 	} else if b, err := os.ReadFile(filepath.Join(dir, "qemu.pid")); err == nil {
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
@@ -1030,7 +1011,7 @@ func (d *Driver) List(ctx context.Context) ([]vmm.Handle, error) {
 		}
 		dir := filepath.Join(d.o.Root, e.Name())
 		var rec record
-		if err := readJSON(filepath.Join(dir, "vm.json"), &rec); err != nil {
+		if err := uds.ReadJSON(filepath.Join(dir, "vm.json"), &rec); err != nil {
 			// A VM mid-boot has a pidfile but no record yet.
 			b, err := os.ReadFile(filepath.Join(dir, "qemu.pid"))
 			if err != nil {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/hearthvm/hearth/vmm"
+	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
 
 // Name is the backend id.
@@ -188,20 +189,8 @@ func readRecord(dir string) (record, error) {
 	return r, nil
 }
 
-func writeJSONAtomic(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 func writeRecord(dir string, r record) error {
-	return writeJSONAtomic(filepath.Join(dir, recordFile), r)
+	return uds.WriteJSON(filepath.Join(dir, recordFile), r)
 }
 
 func (d *Driver) handle(dir string, r record) vmm.Handle {
@@ -512,7 +501,7 @@ func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, ckDir string) error
 	}
 	m := manifest{Backend: Name, Version: 1, SourceID: r.ID, Template: r.Template, Net: r.Net, Size: r.Size,
 		CreatedAt: time.Now().UTC(), Files: files, Bytes: bytes}
-	if err := writeJSONAtomic(filepath.Join(tmp, manifestFile), m); err != nil {
+	if err := uds.WriteJSON(filepath.Join(tmp, manifestFile), m); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, ckDir); err != nil {
