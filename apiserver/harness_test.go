@@ -13,18 +13,18 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/hearthvm/hearth/apiserver"
-	"github.com/hearthvm/hearth/apiserver/fleettest"
-	"github.com/hearthvm/hearth/claim"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/fleet/fleettest"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
+	hearthserver "github.com/hearthvm/hearth/server"
 )
 
 const image = "ghcr.io/x/y:1"
 
 var (
 	key  = pool.Key{Template: image, Net: "none", Size: "small"}
-	spec = node.PoolSpec{Template: image, Net: "none", Size: "small"}
+	spec = nodeapi.PoolSpec{Template: image, Net: "none", Size: "small"}
 )
 
 // server is one in-process sandbox-apiserver on a random loopback port.
@@ -33,22 +33,35 @@ type server struct {
 	Config     *rest.Config
 	Kubeconfig string
 	Dynamic    dynamic.Interface
-	Fleet      *claim.NodeFleet
+	Fleet      *fleet.NodeFleet
 }
 
 // startServer runs a standalone server (anonymous, always-allow,
 // self-signed) over f with its own, empty, claim index.
 func startServer(t *testing.T, f *fleettest.Fleet) *server {
 	t.Helper()
-	o := apiserver.NewStandaloneOptions()
+	return startServerWith(t, f, nil)
+}
+
+// startServerWith is startServer with the options adjusted by mut (after
+// the view and fleet are set).
+func startServerWith(t *testing.T, f *fleettest.Fleet, mut func(*hearthserver.Options)) *server {
+	t.Helper()
+	o := hearthserver.NewStandaloneOptions()
 	addr, err := o.ListenOn("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.WatchInterval = 50 * time.Millisecond
 	o.View = f.View
-	fl := claim.NewFleet(claim.FleetConfig{View: f.View, Token: fleettest.Token})
+	fl := fleet.New(fleet.Config{View: f.View, Secret: fleettest.Secret})
 	o.Fleet = fl
+	if mut != nil {
+		mut(o)
+		if nf, ok := o.Fleet.(*fleet.NodeFleet); ok {
+			fl = nf
+		}
+	}
 	if err := o.Complete(); err != nil {
 		t.Fatal(err)
 	}

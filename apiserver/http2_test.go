@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/hearthvm/hearth/apiserver/fleettest"
+	"github.com/hearthvm/hearth/fleet/fleettest"
 )
 
 // TestStandalone_ReusesHTTP2Connections: without a kube-apiserver every

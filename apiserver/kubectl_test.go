@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hearthvm/hearth/apiserver/fleettest"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/fleet/fleettest"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/sandbox"
 )
 
@@ -59,7 +59,7 @@ func TestKubectl(t *testing.T) {
 		}
 		disc := mustKubectl(t, s, "get", "--raw", "/apis/agents.x-k8s.io/v1beta1")
 		for _, want := range []string{
-			`"name":"sandboxes","singularName":"sandbox","namespaced":true,"kind":"Sandbox","verbs":["create","delete","get","list","watch"]`,
+			`"name":"sandboxes","singularName":"sandbox","namespaced":true,"kind":"Sandbox","verbs":["create","delete","get","list","patch","update","watch"]`,
 			`"name":"sandboxes/pause"`, `"name":"sandboxes/resume"`, `"name":"sandboxes/fork"`, `"name":"sandboxes/snapshot"`,
 		} {
 			if !strings.Contains(disc, want) {
@@ -109,9 +109,9 @@ func TestKubectl(t *testing.T) {
 		if err == nil || !(strings.Contains(out, "BadRequest") || strings.Contains(out, "invalid") || strings.Contains(out, "label")) {
 			t.Fatalf("-l template=value: %v\n%s", err, out)
 		}
-		out = mustKubectl(t, s, "get", "sandboxes", "-l", sandbox.LabelPhase+"=Hibernated", "-o", "name")
+		out = mustKubectl(t, s, "get", "sandboxes", "-l", sandbox.LabelPhase+"=Paused", "-o", "name")
 		if out != "" && !strings.Contains(out, "No resources") {
-			t.Fatalf("phase=Hibernated selected %q", out)
+			t.Fatalf("phase=Paused selected %q", out)
 		}
 		out = mustKubectl(t, s, "get", "sandboxes", "--field-selector", "status.nodeName=nope", "-o", "name")
 		if strings.Contains(out, "box") {
@@ -130,7 +130,7 @@ func TestKubectl(t *testing.T) {
 			return p
 		}
 		out := mustKubectl(t, s, "create", "--raw", base+"pause", "-f", body("SandboxPauseOptions", ""))
-		if !strings.Contains(out, `"Hibernated"`) {
+		if !strings.Contains(out, `"Paused"`) {
 			t.Fatalf("pause answered %s", out)
 		}
 		out = mustKubectl(t, s, "create", "--raw", base+"resume", "-f", body("SandboxResumeOptions", ""))
@@ -178,7 +178,7 @@ func TestKubectl(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := node.NewClient(loc.NodeAddr, fleettest.Token)
+		c := nodeapi.NewClient(loc.NodeAddr, fleettest.Token)
 		if err := c.Release(context.Background(), loc.ID); err != nil {
 			t.Fatal(err)
 		}

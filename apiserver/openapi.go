@@ -13,6 +13,7 @@ import (
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
+	"github.com/hearthvm/hearth/apiserver/registry"
 	"github.com/hearthvm/hearth/sandbox"
 )
 
@@ -20,7 +21,7 @@ import (
 // apimachinery meta types, Sandbox, SandboxList and the lifecycle payloads.
 // Our kinds are keyed by their Go type name; the namer of OpenAPIConfigs
 // maps such names to REST-friendly ones. Sandbox spec and status are
-// objects preserving unknown fields: enough for create and managedFields.
+// upstream's CRD schema (registry.SandboxSchema).
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	out := map[string]common.OpenAPIDefinition{}
 	for k, v := range extopenapi.GetOpenAPIDefinitions(ref) {
@@ -44,7 +45,18 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	}
 	name := util.GetCanonicalTypeName
 	sb := name(&sandboxv1beta1.Sandbox{})
-	out[sb] = object(map[string]spec.Schema{"spec": free, "status": free})
+	sbSpec, sbStatus := free, free
+	if up, err := registry.SandboxSchema(); err == nil {
+		// upstream's schema; a corrupt embedded copy (a unit test rules it
+		// out) falls back to free-form objects.
+		if p, ok := up.Properties["spec"]; ok {
+			sbSpec = p
+		}
+		if p, ok := up.Properties["status"]; ok {
+			sbStatus = p
+		}
+	}
+	out[sb] = object(map[string]spec.Schema{"spec": sbSpec, "status": sbStatus})
 	out[name(&sandboxv1beta1.SandboxList{})] = common.OpenAPIDefinition{
 		Schema: spec.Schema{SchemaProps: spec.SchemaProps{
 			Type: []string{"object"}, Required: []string{"items"},

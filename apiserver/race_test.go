@@ -8,7 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/hearthvm/hearth/apiserver/fleettest"
+	"github.com/hearthvm/hearth/fleet/fleettest"
 	"github.com/hearthvm/hearth/sandbox"
 )
 

@@ -1,14 +1,13 @@
 package apiserver
 
 import (
-	"fmt"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
+	sandboxstore "github.com/hearthvm/hearth/apiserver/registry/sandbox"
 	"github.com/hearthvm/hearth/sandbox"
 )
 
@@ -52,20 +51,5 @@ func AddToScheme(s *runtime.Scheme) error {
 	unversioned := schema.GroupVersion{Group: "", Version: "v1"}
 	s.AddUnversionedTypes(unversioned, &metav1.Status{}, &metav1.APIVersions{}, &metav1.APIGroupList{},
 		&metav1.APIGroup{}, &metav1.APIResourceList{})
-	return s.AddFieldLabelConversionFunc(sandboxv1beta1.GroupVersion.WithKind("Sandbox"), convertFieldLabel)
-}
-
-// Field selectors sandboxes support.
-const (
-	fieldName      = "metadata.name"
-	fieldNamespace = "metadata.namespace"
-	fieldNodeName  = "status.nodeName"
-)
-
-func convertFieldLabel(label, value string) (string, string, error) {
-	switch label {
-	case fieldName, fieldNamespace, fieldNodeName:
-		return label, value, nil
-	}
-	return "", "", fmt.Errorf("field selector %q is not supported on sandboxes (supported: %s, %s, %s)", label, fieldName, fieldNamespace, fieldNodeName)
+	return s.AddFieldLabelConversionFunc(sandboxv1beta1.GroupVersion.WithKind("Sandbox"), sandboxstore.ConvertFieldLabel)
 }

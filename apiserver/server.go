@@ -2,20 +2,18 @@ package apiserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/component-base/compatibility"
 	"k8s.io/kube-openapi/pkg/common"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
-	"github.com/hearthvm/hearth/claim"
+	sandboxstore "github.com/hearthvm/hearth/apiserver/registry/sandbox"
+	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/inventory"
 )
 
@@ -25,11 +23,21 @@ const DefaultWatchInterval = time.Second
 // ExtraConfig is what the sandboxes storage needs beyond the generic server.
 type ExtraConfig struct {
 	// Fleet claims, looks up and acts on sandboxes. Required.
-	Fleet claim.Fleet
-	// View is the published fleet view lists and watches read. Required. If
-	// it also has Run(ctx) and WaitForSync(ctx) error (inventory.Source),
-	// Server.Run runs it and waits for its first sync before serving.
+	Fleet fleet.Fleet
+	// View is the published fleet view lists and watches read. Required.
+	// The caller keeps it current (package server runs the NodeInventory
+	// informer); this package only reads it.
 	View inventory.Viewer
+	// Live, when set, is the live fleet view (package fleetview) that
+	// serves the sandboxes lists and watches not pinned to a name, with a
+	// revision per change (docs/API.md#list-and-watch).
+	Live sandboxstore.LiveSource
+	// ViewSynced reports whether View reflects the fleet yet; nil means it
+	// always does (a static view). Until it does, every sandboxes request
+	// is answered 429 with Retry-After (what kube-apiserver answers while
+	// its watch cache initializes; client-go retries it) and /readyz fails
+	// its "sandbox-view-synced" check. Nothing answers from an empty view.
+	ViewSynced func() bool
 	// WatchInterval is the watch re-derive cadence; default 1s. Never backs off.
 	WatchInterval time.Duration
 	// DeleteTimeout bounds how long Delete waits for the node to drop a
@@ -45,10 +53,6 @@ type ExtraConfig struct {
 	// Handlers are served at exact non-resource paths (e.g. the Pod-path
 	// admission webhook) beside the API.
 	Handlers map[string]http.Handler
-	// Sidecars run beside the server for its lifetime (the e2b gateway, the
-	// warm-pool driver); one returning an error other than a cancellation
-	// stops the server.
-	Sidecars []func(context.Context) error
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -62,6 +66,9 @@ type Config struct {
 type completedConfig struct {
 	GenericConfig genericapiserver.CompletedConfig
 	ExtraConfig   *ExtraConfig
+	// authnLoaded gates serving on the front-proxy CA (authnready.go);
+	// nil without requestheader authentication.
+	authnLoaded func() bool
 }
 
 // CompletedConfig is a Config with defaults filled in; build a Server with New.
@@ -101,14 +108,40 @@ func (c *Config) Complete() CompletedConfig {
 		v2.SecurityDefinitions = g.OpenAPIConfig.SecurityDefinitions
 	}
 	g.OpenAPIConfig, g.OpenAPIV3Config = v2, v3
-	return CompletedConfig{&completedConfig{GenericConfig: g.Complete(), ExtraConfig: x}}
+	if x.ViewSynced != nil {
+		build := g.BuildHandlerChainFunc
+		if build == nil {
+			build = genericapiserver.DefaultBuildHandlerChain
+		}
+		g.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+			return build(withViewSynced(h, x.ViewSynced), c)
+		}
+	}
+	{
+		build := g.BuildHandlerChainFunc
+		if build == nil {
+			build = genericapiserver.DefaultBuildHandlerChain
+		}
+		g.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+			return build(withQuantityGuard(h, c.MaxRequestBodyBytes), c)
+		}
+	}
+	loaded := authnLoaded(&g.Authentication)
+	if loaded != nil {
+		build := g.BuildHandlerChainFunc
+		if build == nil {
+			build = genericapiserver.DefaultBuildHandlerChain
+		}
+		g.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+			return withAuthnLoaded(build(h, c), loaded)
+		}
+	}
+	return CompletedConfig{&completedConfig{GenericConfig: g.Complete(), ExtraConfig: x, authnLoaded: loaded}}
 }
 
 // Server is the running aggregated API server.
 type Server struct {
 	GenericAPIServer *genericapiserver.GenericAPIServer
-	view             inventory.Viewer
-	sidecars         []func(context.Context) error
 }
 
 // New builds the server and installs agents.x-k8s.io, then the extra groups.
@@ -121,11 +154,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	store := &sandboxStorage{fleet: x.Fleet, view: x.View, interval: x.WatchInterval, now: x.Now, deleteTimeout: x.DeleteTimeout}
-	resources := map[string]rest.Storage{"sandboxes": store}
-	for verb, v := range store.verbs() {
-		resources["sandboxes/"+verb] = v
-	}
+	resources := sandboxstore.Resources(sandboxstore.Config{Fleet: x.Fleet, View: x.View, Live: x.Live,
+		WatchInterval: x.WatchInterval, DeleteTimeout: x.DeleteTimeout, Now: x.Now})
 	group := genericapiserver.NewDefaultAPIGroupInfo(sandboxv1beta1.GroupVersion.Group, Scheme, metav1.ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap[sandboxv1beta1.GroupVersion.Version] = resources
 	if err := gs.InstallAPIGroup(&group); err != nil {
@@ -139,41 +169,21 @@ func (c CompletedConfig) New() (*Server, error) {
 	for path, h := range x.Handlers {
 		gs.Handler.NonGoRestfulMux.Handle(path, h)
 	}
-	return &Server{GenericAPIServer: gs, view: x.View, sidecars: x.Sidecars}, nil
-}
-
-type runnableView interface {
-	Run(ctx context.Context)
-	WaitForSync(ctx context.Context) error
-}
-
-// Run serves until ctx ends. A runnable view (inventory.Source) is started
-// first and must sync within two minutes.
-func (s *Server) Run(ctx context.Context) error {
-	if rv, ok := s.view.(runnableView); ok {
-		go rv.Run(ctx)
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err := rv.WaitForSync(sctx)
-		cancel()
-		if err != nil {
-			return err
+	if x.ViewSynced != nil {
+		if err := gs.AddReadyzChecks(viewSyncedCheck(x.ViewSynced)); err != nil {
+			return nil, err
 		}
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	var wg sync.WaitGroup
-	defer func() { cancel(nil); wg.Wait() }()
-	for _, run := range s.sidecars {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				cancel(err)
-			}
-		}()
+	if c.authnLoaded != nil {
+		if err := gs.AddReadyzChecks(authnLoadedCheck(c.authnLoaded)); err != nil {
+			return nil, err
+		}
 	}
-	err := s.GenericAPIServer.PrepareRun().RunWithContext(ctx)
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause
-	}
-	return err
+	return &Server{GenericAPIServer: gs}, nil
+}
+
+// Run serves until ctx ends. It starts nothing else: whoever keeps View
+// current (package server) runs it.
+func (s *Server) Run(ctx context.Context) error {
+	return s.GenericAPIServer.PrepareRun().RunWithContext(ctx)
 }

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/hearthvm/hearth/apiserver/fleettest"
+	"github.com/hearthvm/hearth/fleet/fleettest"
 	"github.com/hearthvm/hearth/sandbox"
 )
 
@@ -105,16 +105,15 @@ func TestCreate_ClaimsAndReadsNeverWaitForAPublish(t *testing.T) {
 		t.Fatalf("list after publish = %v, %v", all, err)
 	}
 
-	// generateName works; a repeated name claims a second microVM.
+	// generateName works; a repeated name is 409 AlreadyExists.
 	gen := sandboxObj("", nil)
 	gen.SetGenerateName("job-")
 	g, err := sandboxes(s1, "default").Create(ctx, gen, metav1.CreateOptions{})
 	if err != nil || !strings.HasPrefix(g.GetName(), "job-") || len(g.GetName()) <= len("job-") {
 		t.Fatalf("generateName create = %v, %v", g, err)
 	}
-	again, err := sandboxes(s1, "default").Create(ctx, sandboxObj("web", nil), metav1.CreateOptions{})
-	if err != nil || again.GetAnnotations()[sandbox.AnnotationClaimID] == ann[sandbox.AnnotationClaimID] {
-		t.Fatalf("repeated create = %v, %v; want a second claim", again, err)
+	if _, err := sandboxes(s1, "default").Create(ctx, sandboxObj("web", nil), metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("repeated create = %v; want 409 AlreadyExists", err)
 	}
 }
 
@@ -215,17 +214,17 @@ func TestDelete_ReleasesByClaimIDAndAnswersWhenGone(t *testing.T) {
 	}
 }
 
-func TestUnservedVerbsAre405(t *testing.T) {
+func TestDeleteCollectionIs405(t *testing.T) {
 	f := fleettest.Start(t, 1)
 	s := startServer(t, f)
 	ctx := context.Background()
 	_, err := sandboxes(s, "default").Update(ctx, sandboxObj("x", nil), metav1.UpdateOptions{})
-	if !apierrors.IsMethodNotSupported(err) {
-		t.Errorf("update = %v, want 405", err)
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("update of a missing sandbox = %v, want 404", err)
 	}
 	_, err = sandboxes(s, "default").Patch(ctx, "x", "application/merge-patch+json", []byte(`{}`), metav1.PatchOptions{})
-	if !apierrors.IsMethodNotSupported(err) {
-		t.Errorf("patch = %v, want 405", err)
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("patch of a missing sandbox = %v, want 404", err)
 	}
 	err = sandboxes(s, "default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	if !apierrors.IsMethodNotSupported(err) {

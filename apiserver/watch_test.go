@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/hearthvm/hearth/apiserver/fleettest"
+	"github.com/hearthvm/hearth/fleet/fleettest"
 	"github.com/hearthvm/hearth/sandbox"
 )
 
@@ -78,7 +78,7 @@ func TestWatch_InitialEventsBookmarkThenDiffs(t *testing.T) {
 
 	// Pause a: MODIFIED once published. Release b: DELETED once published.
 	locA, _ := s.Fleet.ByRef(ctx, "default/a")
-	if err := s.Fleet.Hibernate(ctx, locA); err != nil {
+	if err := s.Fleet.Pause(ctx, locA); err != nil {
 		t.Fatal(err)
 	}
 	locB, _ := s.Fleet.ByRef(ctx, "default/b")
@@ -91,7 +91,7 @@ func TestWatch_InitialEventsBookmarkThenDiffs(t *testing.T) {
 		ev := next(t, w, 10*time.Second)
 		u := ev.Object.(*unstructured.Unstructured)
 		seen[ev.Type] = u.GetName()
-		if ev.Type == watch.Modified && u.GetLabels()[sandbox.LabelPhase] != sandbox.PhaseHibernated {
+		if ev.Type == watch.Modified && u.GetLabels()[sandbox.LabelPhase] != sandbox.PhasePaused {
 			t.Fatalf("MODIFIED a has phase %q", u.GetLabels()[sandbox.LabelPhase])
 		}
 	}
@@ -131,7 +131,7 @@ func TestWatch_PlainWatchStartsWithAddedWhateverRV(t *testing.T) {
 		t.Fatalf("first event %s, want ADDED", ev.Type)
 	}
 	loc, _ := s.Fleet.ByRef(ctx, "default/a")
-	if err := s.Fleet.Hibernate(ctx, loc); err != nil {
+	if err := s.Fleet.Pause(ctx, loc); err != nil {
 		t.Fatal(err)
 	}
 	f.Publish()
@@ -291,7 +291,7 @@ func TestSubresources_StatusesComeThrough(t *testing.T) {
 	if _, err := sub("pause", kind("SandboxPauseOptions", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The node refuses to fork a hibernated parent with 409.
+	// The node refuses to fork a paused parent with 409.
 	if _, err := sub("fork", kind("SandboxForkOptions", map[string]any{"count": int64(1)}), metav1.CreateOptions{}); !apierrors.IsConflict(err) {
 		t.Fatalf("fork of a paused sandbox = %v, want the node's 409", err)
 	}

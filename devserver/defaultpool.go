@@ -1,7 +1,9 @@
 package devserver
 
 import (
+	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 
@@ -14,18 +16,30 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/hearthvm/hearth/examples/l3"
 	"github.com/hearthvm/hearth/pool/driver"
 )
 
 // DefaultPoolManager is the server-side-apply field manager of the default pool.
 const DefaultPoolManager = "sandbox-dev"
 
-// applyDefaultPool server-side-applies examples/l3 without force: a field
-// a user changed since (e.g. spec.replicas through kubectl patch) makes
-// the apply conflict, and the user's value stays.
+// defaultPool is what --default-pool applies, in order: the
+// SandboxTemplate rt, then the SandboxWarmPool rt. It is
+// examples/l3/template.yaml and examples/l3/warmpool.yaml (the copy users
+// read and apply) joined by "---"; a test keeps them identical.
+//
+//go:embed defaultpool.yaml
+var defaultPool []byte
+
+// defaultPoolDocs splits defaultPool into its YAML documents.
+func defaultPoolDocs() [][]byte {
+	return bytes.Split(defaultPool, []byte("\n---\n"))
+}
+
+// applyDefaultPool server-side-applies the default pool without force: a
+// field a user changed since (e.g. spec.replicas through kubectl patch)
+// makes the apply conflict, and the user's value stays.
 func applyDefaultPool(ctx context.Context, dyn dynamic.Interface) error {
-	for _, doc := range l3.DefaultPool() {
+	for _, doc := range defaultPoolDocs() {
 		js, err := yaml.YAMLToJSON(doc)
 		if err != nil {
 			return err

@@ -1,21 +1,43 @@
-// Package devserver is the embedded default (CONTRACT §8): one process, no
-// cluster. It runs an embedded etcd, the aggregated API server (sandboxes)
-// plus the stored kinds of apiserver/registry (sandboxtemplates,
+// Package devserver is the embedded default (docs/API.md#sandbox-dev): one process, no
+// cluster. It reuses package server for the aggregated API server, the
+// NodeInventory informer, the warm-pool driver and the e2b gateway, and
+// adds only what a cluster would otherwise provide: an embedded etcd
+// serving the stored kinds of apiserver/registry (sandboxtemplates,
 // sandboxwarmpools, nodeinventories, leases), N in-process node daemons
-// publishing their NodeInventory into that API, the warm-pool driver and
-// the e2b gateway, all on loopback. It writes a kubeconfig once the API
-// answers.
+// publishing their NodeInventory into that API, the default pool
+// (defaultpool.yaml, applied at startup) and a kubeconfig, written once
+// the API is ready (serving, view synced). Everything is on loopback.
 //
 // Everything lives under Options.DataDir: etcd/ (pools, templates,
-// inventories), nodes/<name>/ (each node's claim table and VMs),
-// root-token (the node root token), e2b-api-key and kubeconfig. A restart
+// inventories) and etcd-pki/ (its CA and certificates), nodes/<name>/
+// (each node's claim table and VMs), root-token (the fleet secret, also
+// the nodes' operator token), admin-token and readonly-token (the API's
+// bearer tokens), e2b-api-key, kubeconfig and kubeconfig-readonly. A restart
 // on the same directory brings back pools, templates and the nodes'
 // claimed sandboxes. Cancelling Run's context shuts everything down: the
-// driver stops, nodes stop their claimed VMs for restore and destroy the
-// warm ones, then the API server and etcd stop.
+// driver and the gateway stop, nodes stop their claimed VMs for restore
+// and destroy the warm ones (a pre-shutdown hook), then the API server and
+// etcd stop.
 //
-// Security: the API server authenticates nobody (anonymous, always-allow)
-// and binds loopback; it is a development server.
+// It must not re-wire what package server composes, nor import examples/
+// (the default pool is its own embedded copy of examples/l3; a test keeps
+// them identical).
+//
+// Security: the API server authenticates every request with one of two
+// generated bearer tokens (0600 files in the data directory) and
+// authorizes it: admin-token is AdminUser in system:masters (everything;
+// the kubeconfig carries it), readonly-token is ReadOnlyUser (get, list
+// and watch only; kubeconfig-readonly carries it, for demos). A request
+// without a known token is 401, a read-only user's write 403 (see
+// authFor). The embedded etcd serves TLS to holders of its client
+// certificate only (etcd-pki/, see package embedetcd); the node daemons
+// listen on loopback and accept each its own token
+// (nodeapi.NodeToken(root-token, name)) and, for operators, root-token
+// itself; the e2b gateway requires the key in e2b-api-key. It binds
+// loopback by default; another --bind-address serves the same
+// authenticated API. The serving certificate is self-signed, generated
+// each run for localhost, 127.0.0.1 and the bind address; the kubeconfigs
+// carry it as their certificate authority.
 package devserver
 
 import (
@@ -38,11 +60,11 @@ import (
 
 	"github.com/hearthvm/hearth/apiserver"
 	"github.com/hearthvm/hearth/apiserver/registry"
-	"github.com/hearthvm/hearth/claim"
-	"github.com/hearthvm/hearth/devserver/embedetcd"
 	"github.com/hearthvm/hearth/e2b"
-	"github.com/hearthvm/hearth/inventory"
-	"github.com/hearthvm/hearth/pool/driver"
+	"github.com/hearthvm/hearth/image"
+	"github.com/hearthvm/hearth/internal/embedetcd"
+	"github.com/hearthvm/hearth/server"
+	"github.com/hearthvm/hearth/vmm/sim"
 )
 
 // Options are sandbox-dev's flags.
@@ -54,8 +76,9 @@ type Options struct {
 	KubeconfigOut string
 	Nodes         int
 	VMM           string
-	// DefaultPool applies examples/l3 (template and warm pool rt) at
-	// startup, server-side, never overriding a user's edits.
+	// DefaultPool applies the default pool (defaultpool.yaml, the same
+	// manifests as examples/l3: template and warm pool rt) at startup,
+	// server-side, never overriding a user's edits.
 	DefaultPool bool
 	// E2BBindAddress is the e2b gateway's listen address; empty disables it.
 	E2BBindAddress string
@@ -68,6 +91,13 @@ type Options struct {
 	// AgentBin is the in-guest agent for the sim backend; empty resolves
 	// it (see vmm/sim.ResolveAgent).
 	AgentBin string
+	// ImageCache is the image cache (package image) the nodes resolve
+	// templates through: the default pool's image is the built-in Debian
+	// image, built on first use. Empty boots every template on the
+	// backend's minimal built-in root (busybox), which tests use for speed.
+	ImageCache string
+	// VMMOptions are backend-specific settings (backends.Options.Extra).
+	VMMOptions map[string]string
 
 	// Out receives the one ready line (default os.Stdout).
 	Out io.Writer
@@ -77,16 +107,23 @@ type Options struct {
 
 // Ready describes a running dev system.
 type Ready struct {
-	Kubeconfig string
+	// Kubeconfig carries the admin token; ReadOnlyKubeconfig the
+	// read-only one.
+	Kubeconfig, ReadOnlyKubeconfig string
 	// APIServer is the API's https URL; Etcd the etcd client URL.
 	APIServer, Etcd string
+	// EtcdCA, EtcdCert and EtcdKey are what an etcd client needs
+	// (etcd-pki/); without the client certificate etcd refuses it.
+	EtcdCA, EtcdCert, EtcdKey string
 	// E2B is the e2b gateway's http URL (empty when disabled).
 	E2B string
 	// E2BKeyFile holds the e2b API key.
 	E2BKeyFile string
 	// Nodes maps node name to its daemon address.
 	Nodes map[string]string
-	// RootToken is the node root token.
+	// RootToken is the fleet secret (root-token): every node accepts it
+	// (operators), and its own token derived from it
+	// (nodeapi.NodeToken(RootToken, name)), which is all the fleet sends.
 	RootToken string
 	// Startup is the time from Run to ready.
 	Startup time.Duration
@@ -104,13 +141,14 @@ func NewOptions() *Options {
 		E2BBindAddress:       "127.0.0.1:3000",
 		WarmPoolSyncInterval: 5 * time.Second,
 		PublishInterval:      5 * time.Second,
+		ImageCache:           image.DefaultRoot(),
 	}
 }
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "directory holding etcd, the nodes' state, the kubeconfig and generated credentials")
-	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "address the API server listens on")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "address the API server listens on (it always requires the kubeconfig's token)")
 	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "port the API server listens on (0 picks one)")
 	fs.StringVar(&o.KubeconfigOut, "kubeconfig-out", o.KubeconfigOut, "where to write the kubeconfig (default <data-dir>/kubeconfig)")
 	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "number of in-process node daemons")
@@ -119,8 +157,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.E2BBindAddress, "e2b-bind-address", o.E2BBindAddress, "address of the e2b gateway (empty disables it)")
 	fs.DurationVar(&o.WarmPoolSyncInterval, "warm-pool-sync-interval", o.WarmPoolSyncInterval, "warm-pool driver cadence (targets and status)")
 	fs.DurationVar(&o.PublishInterval, "inventory-interval", o.PublishInterval, "node inventory publish cadence")
-	fs.IntVar(&o.EtcdPort, "etcd-port", o.EtcdPort, "embedded etcd client port on 127.0.0.1 (0 picks one)")
+	fs.IntVar(&o.EtcdPort, "etcd-port", o.EtcdPort, "embedded etcd client port on 127.0.0.1 (0 picks one); TLS, client certificates in <data-dir>/etcd-pki only")
 	fs.StringVar(&o.AgentBin, "agent-bin", o.AgentBin, "in-guest agent binary for the sim backend (default: resolved automatically)")
+	fs.StringVar(&o.ImageCache, "image-cache", o.ImageCache, "image cache the nodes resolve templates through (the built-in Debian image is built there on first use); empty boots the backend's minimal busybox root")
+	fs.StringToStringVar(&o.VMMOptions, "vmm-opt", o.VMMOptions, "backend-specific setting KEY=VALUE (repeatable; see sandboxd --help)")
 }
 
 // Validate reports invalid options.
@@ -172,6 +212,18 @@ func Run(ctx context.Context, o *Options) (err error) {
 	if err != nil {
 		return err
 	}
+	adminToken, err := loadOrCreateSecret(filepath.Join(dataDir, "admin-token"))
+	if err != nil {
+		return err
+	}
+	readOnlyToken, err := loadOrCreateSecret(filepath.Join(dataDir, "readonly-token"))
+	if err != nil {
+		return err
+	}
+	if adminToken == readOnlyToken {
+		return fmt.Errorf("%s and %s hold the same token", filepath.Join(dataDir, "admin-token"), filepath.Join(dataDir, "readonly-token"))
+	}
+	readOnlyKubeconfig := filepath.Join(dataDir, "kubeconfig-readonly")
 
 	// Teardown runs in reverse start order.
 	var teardown []func()
@@ -181,7 +233,7 @@ func Run(ctx context.Context, o *Options) (err error) {
 		}
 	}()
 
-	etcd, err := embedetcd.Start(embedetcd.Options{Dir: filepath.Join(dataDir, "etcd"), ClientPort: o.EtcdPort})
+	etcd, err := embedetcd.Start(embedetcd.Options{Dir: filepath.Join(dataDir, "etcd"), PKIDir: filepath.Join(dataDir, "etcd-pki"), ClientPort: o.EtcdPort})
 	if err != nil {
 		return err
 	}
@@ -191,57 +243,85 @@ func Run(ctx context.Context, o *Options) (err error) {
 	if schemeErr != nil {
 		return schemeErr
 	}
-
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.BindAddress, strconv.Itoa(o.SecurePort)))
 	if err != nil {
 		return fmt.Errorf("API server listener: %w", err)
 	}
-	apiURL := "https://" + ln.Addr().String()
+	apiAddr := ln.Addr().(*net.TCPAddr)
+	apiHost := apiAddr.IP.String()
+	if apiAddr.IP.IsUnspecified() {
+		apiHost = "127.0.0.1" // in the serving certificate, unlike 0.0.0.0
+	}
+	apiURL := "https://" + net.JoinHostPort(apiHost, strconv.Itoa(apiAddr.Port))
 	self := &rest.Config{
 		Host:            apiURL,
-		BearerToken:     "sandbox-dev",
+		BearerToken:     adminToken,
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
 		QPS:             -1,
 		UserAgent:       "sandbox-dev",
 	}
-
-	// The inventory view reads NodeInventory through this very server, so
-	// it is started once the server answers (it must not gate serving).
-	dyn, err := dynamic.NewForConfig(self)
+	// The server layer composes everything but etcd and the nodes. It is
+	// its own cluster: the NodeInventory informer and the warm-pool driver
+	// read through this very server, which is why they start in post-start
+	// hooks. Token-authenticated (authFor), self-signed.
+	sopts := server.NewStandaloneOptions()
+	sopts.Authenticator, sopts.Authorizer = authFor(adminToken, readOnlyToken)
+	sopts.SecureServing.Listener = ln
+	sopts.SecureServing.BindAddress = net.ParseIP(o.BindAddress)
+	sopts.SecureServing.BindPort = ln.Addr().(*net.TCPAddr).Port
+	sopts.Cluster = self
+	sopts.SandboxdToken = token
+	sopts.WarmPool.Enabled = true
+	sopts.WarmPool.SyncInterval = o.WarmPoolSyncInterval
+	var keyFile string
+	if o.E2BBindAddress != "" {
+		keyFile = filepath.Join(dataDir, "e2b-api-key")
+		// e2b's format ("e2b_" + hex): e2b's Python SDK refuses other keys.
+		if _, err := loadOrCreate(keyFile, func() (string, error) { return e2b.NewAPIKey(), nil }); err != nil {
+			ln.Close()
+			return err
+		}
+		sopts.EnableE2B = true
+		sopts.E2B.BindAddress = o.E2BBindAddress
+		sopts.E2B.APIKeyFile = keyFile
+	}
+	cfg, err := sopts.Config()
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	src := inventory.NewSource(dyn, 0)
-	view := viewOnly{src}
-	fleet := claim.NewFleet(claim.FleetConfig{View: view, Token: token})
-
-	getter := registry.NewRESTOptionsGetter(registry.StorageOptions{Endpoints: etcd.Endpoints}, apiserver.Scheme, apiserver.Codecs)
+	// The kubeconfigs trust the serving certificate generated for this
+	// run (its CA is in the chain) instead of skipping verification.
+	var servingCA []byte
+	if gc := sopts.SecureServing.ServerCert.GeneratedCert; gc != nil {
+		servingCA, _ = gc.CurrentCertKeyContent()
+	}
+	getter := registry.NewRESTOptionsGetter(registry.StorageOptions{Endpoints: etcd.Endpoints,
+		CAFile: etcd.ClientTLS.CAFile, CertFile: etcd.ClientTLS.CertFile, KeyFile: etcd.ClientTLS.KeyFile}, apiserver.Scheme, apiserver.Codecs)
 	groups, _, err := registry.APIGroups(apiserver.Scheme, apiserver.Codecs, getter)
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	// Anonymous, always-allow, self-signed; the dev server runs its own
-	// warm-pool driver (below), so the apiserver's is off.
-	aopts := apiserver.NewStandaloneOptions()
-	aopts.SecureServing.Listener = ln
-	aopts.SecureServing.BindAddress = net.ParseIP(o.BindAddress)
-	aopts.SecureServing.BindPort = ln.Addr().(*net.TCPAddr).Port
-	aopts.SandboxdToken = token
-	aopts.View, aopts.Fleet = view, fleet
-	acfg, err := aopts.Config()
+	cfg.APIServer.ExtraConfig.ExtraAPIGroups = groups
+	cfg.APIServer.ExtraConfig.ExtraOpenAPIDefinitions = append(cfg.APIServer.ExtraConfig.ExtraOpenAPIDefinitions, registry.GetOpenAPIDefinitions)
+	srv, err := cfg.Complete().New()
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	acfg.ExtraConfig.ExtraAPIGroups = groups
-	acfg.ExtraConfig.ExtraOpenAPIDefinitions = append(acfg.ExtraConfig.ExtraOpenAPIDefinitions, registry.GetOpenAPIDefinitions)
-	srv, err := acfg.Complete().New()
-	if err != nil {
-		ln.Close()
-		return err
+	// The nodes stop after the components (the driver no longer sends
+	// them targets) and before the API server (they may still publish).
+	var nodes fleetNodes
+	var nodesMu sync.Mutex
+	closeNodes := func() {
+		nodesMu.Lock()
+		defer nodesMu.Unlock()
+		nodes.close()
+		nodes = nil
 	}
+	srv.API.GenericAPIServer.AddPreShutdownHook("sandbox-dev-stop-nodes", func() error { closeNodes(); return nil })
+	teardown = append(teardown, closeNodes) // a no-op unless the server stopped without its hooks
 	apiCtx, apiCancel := context.WithCancel(context.WithoutCancel(ctx))
 	apiDone := make(chan error, 1)
 	go func() { apiDone <- srv.Run(apiCtx) }()
@@ -249,83 +329,48 @@ func Run(ctx context.Context, o *Options) (err error) {
 		apiCancel()
 		select {
 		case <-apiDone:
-		case <-time.After(30 * time.Second):
-			klog.InfoS("API server did not stop within 30s")
+		case <-time.After(3 * time.Minute): // includes stopping the nodes
+			klog.InfoS("API server did not stop within 3m")
 		}
 	})
+	// Ready means serving with the fleet view synced (readyz).
 	if err := waitReady(ctx, self, apiDone); err != nil {
 		return err
 	}
-	if err := writeKubeconfig(kubeconfig, apiURL); err != nil {
+	if err := writeKubeconfig(kubeconfig, apiURL, servingCA, "sandbox-dev", adminToken); err != nil {
 		return err
 	}
-
-	go src.Run(apiCtx)
-	if err := src.WaitForSync(ctx); err != nil {
-		return fmt.Errorf("inventory view: %w", err)
+	if err := writeKubeconfig(readOnlyKubeconfig, apiURL, servingCA, "sandbox-dev-readonly", readOnlyToken); err != nil {
+		return err
 	}
-
-	nodes, err := startNodes(ctx, nodesConfig{
+	started, err := startNodes(ctx, nodesConfig{
 		count: o.Nodes, dataDir: filepath.Join(dataDir, "nodes"), vmm: o.VMM, agentBin: o.AgentBin,
-		token: token, rest: self, publishInterval: o.PublishInterval,
+		token: token, rest: self, publishInterval: o.PublishInterval, extra: vmmExtra(o),
 	})
-	teardown = append(teardown, nodes.close)
+	nodesMu.Lock()
+	nodes = started
+	nodesMu.Unlock()
 	if err != nil {
 		return err
 	}
-
-	drv, err := driver.New(driver.Config{
-		REST: self, Token: token, Interval: o.WarmPoolSyncInterval,
-		Elect: true, LeaseNamespace: "sandbox-system", LeaseName: "hearth-warmpool-driver",
-	})
-	if err != nil {
-		return err
-	}
-	drvCtx, drvCancel := context.WithCancel(context.WithoutCancel(ctx))
-	drvDone := make(chan struct{})
-	go func() {
-		defer close(drvDone)
-		if err := drv.Run(drvCtx); err != nil {
-			klog.ErrorS(err, "warm-pool driver")
-		}
-	}()
-	teardown = append(teardown, func() { drvCancel(); <-drvDone })
-
 	if o.DefaultPool {
+		dyn, err := dynamic.NewForConfig(self)
+		if err != nil {
+			return err
+		}
 		if err := applyDefaultPool(ctx, dyn); err != nil {
 			return err
 		}
-		drv.Kick()
+		srv.WarmPool().Kick()
 	}
-
-	var e2bURL, keyFile string
-	if o.E2BBindAddress != "" {
-		keyFile = filepath.Join(dataDir, "e2b-api-key")
-		key, err := loadOrCreateSecret(keyFile)
-		if err != nil {
-			return err
-		}
-		h, err := e2b.New(e2b.Config{Fleet: fleet, Namespace: "default", APIKeys: []string{key}})
-		if err != nil {
-			return err
-		}
-		el, err := net.Listen("tcp", o.E2BBindAddress)
-		if err != nil {
-			return fmt.Errorf("e2b listener: %w", err)
-		}
-		e2bURL = "http://" + el.Addr().String()
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = hs.Serve(el) }()
-		teardown = append(teardown, func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = hs.Shutdown(sctx)
-		})
+	var e2bURL string
+	if a := srv.E2BAddr(); a != nil {
+		e2bURL = "http://" + a.String()
 	}
-
 	ready := Ready{
-		Kubeconfig: kubeconfig, APIServer: apiURL, Etcd: etcd.Endpoints[0], E2B: e2bURL, E2BKeyFile: keyFile,
-		Nodes: nodes.addrs(), RootToken: token, Startup: time.Since(start),
+		Kubeconfig: kubeconfig, ReadOnlyKubeconfig: readOnlyKubeconfig, APIServer: apiURL, E2B: e2bURL, E2BKeyFile: keyFile,
+		Etcd: etcd.Endpoints[0], EtcdCA: etcd.ClientTLS.CAFile, EtcdCert: etcd.ClientTLS.CertFile, EtcdKey: etcd.ClientTLS.KeyFile,
+		Nodes: started.addrs(), RootToken: token, Startup: time.Since(start),
 	}
 	e2bHint := ""
 	if e2bURL != "" {
@@ -351,12 +396,6 @@ func Run(ctx context.Context, o *Options) (err error) {
 		return fmt.Errorf("etcd: %w", err)
 	}
 }
-
-// viewOnly hides the Source's Run/WaitForSync from the API server, which
-// would otherwise wait for a sync through itself before serving.
-type viewOnly struct{ s *inventory.Source }
-
-func (v viewOnly) View() *inventory.View { return v.s.View() }
 
 func waitReady(ctx context.Context, cfg *rest.Config, apiDone chan error) error {
 	hc, err := rest.HTTPClientFor(cfg)
@@ -387,4 +426,22 @@ func waitReady(ctx context.Context, cfg *rest.Config, apiDone chan error) error 
 		}
 	}
 	return fmt.Errorf("API server not ready within 60s: %v", last)
+}
+
+// vmmExtra is the nodes' backend settings: the image cache, and for sim a
+// cache of id-shifted template copies beside it that every node (and every
+// sandbox-dev on this host) shares, so the first boot of a template pays
+// for the copy once. Explicit --vmm-opt values win.
+func vmmExtra(o *Options) map[string]string {
+	extra := map[string]string{}
+	if o.ImageCache != "" {
+		extra["image_cache"] = o.ImageCache
+		if o.VMM == sim.Name {
+			extra["lower_cache"] = filepath.Join(filepath.Dir(filepath.Clean(o.ImageCache)), "sim-lower")
+		}
+	}
+	for k, v := range o.VMMOptions {
+		extra[k] = v
+	}
+	return extra
 }

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/hearthvm/hearth/devserver"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 // dev is one running devserver.Run.
@@ -25,7 +26,7 @@ type dev struct {
 	done   chan error
 }
 
-func start(t testing.TB, dataDir string) *dev {
+func start(t testing.TB, dataDir string, mut ...func(*devserver.Options)) *dev {
 	t.Helper()
 	o := devserver.NewOptions()
 	o.DataDir = dataDir
@@ -33,6 +34,10 @@ func start(t testing.TB, dataDir string) *dev {
 	o.E2BBindAddress = "127.0.0.1:0"
 	o.WarmPoolSyncInterval = time.Second
 	o.PublishInterval = time.Second
+	o.ImageCache = "" // the busybox root: these tests are about the control plane
+	for _, m := range mut {
+		m(o)
+	}
 	readyCh := make(chan devserver.Ready, 1)
 	o.OnReady = func(r devserver.Ready) { readyCh <- r }
 	var out bytes.Buffer
@@ -133,7 +138,7 @@ func (d *dev) nodesWarm(t *testing.T) int32 {
 	t.Helper()
 	var total int32
 	for name, addr := range d.ready.Nodes {
-		info, err := node.NewClient(addr, d.ready.RootToken).Info(context.Background())
+		info, err := nodeapi.NewClient(addr, d.ready.RootToken).Info(context.Background())
 		if err != nil {
 			t.Fatalf("node %s info: %v", name, err)
 		}
@@ -218,7 +223,7 @@ spec:
 
 	// Nothing per sandbox is stored: etcd holds the pool, the template, the
 	// inventories and the lease only.
-	keys := etcdKeys(t, d.ready.Etcd)
+	keys := etcdKeys(t, d.ready)
 	for _, k := range keys {
 		if strings.Contains(k, "/sandboxes/") || strings.Contains(k, "demo") {
 			t.Fatalf("per-sandbox key in etcd: %s (all: %v)", k, keys)
@@ -283,12 +288,25 @@ func processesMentioning(t *testing.T, s string) []string {
 	return out
 }
 
-func etcdKeys(t *testing.T, endpoint string) []string {
+// etcdClient is a client of the embedded etcd with the client certificate
+// it requires.
+func etcdClient(t *testing.T, r devserver.Ready) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	tlsCfg, err := (transport.TLSInfo{TrustedCAFile: r.EtcdCA, CertFile: r.EtcdCert, KeyFile: r.EtcdKey}).ClientConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{r.Etcd}, DialTimeout: 5 * time.Second, TLS: tlsCfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// etcdKeys lists every key.
+func etcdKeys(t *testing.T, r devserver.Ready) []string {
+	t.Helper()
+	c := etcdClient(t, r)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -2,6 +2,7 @@ package devserver
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +14,21 @@ import (
 // loadOrCreateSecret returns the first non-comment line of path, creating
 // the file (0600) with a fresh random secret when it does not exist.
 func loadOrCreateSecret(path string) (string, error) {
+	return loadOrCreate(path, randomHex)
+}
+
+// randomHex is 24 random bytes in hex.
+func randomHex() (string, error) {
+	buf := make([]byte, 24)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(buf), nil
+}
+
+// loadOrCreate returns the first non-comment line of path, creating the
+// file (0600) with newSecret's value when it does not exist.
+func loadOrCreate(path string, newSecret func() (string, error)) (string, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -25,40 +41,43 @@ func loadOrCreateSecret(path string) (string, error) {
 	if !errors.Is(err, os.ErrNotExist) {
 		return "", err
 	}
-	buf := make([]byte, 24)
-	if _, err := rand.Read(buf); err != nil {
+	s, err := newSecret()
+	if err != nil {
 		return "", err
 	}
-	s := hex.EncodeToString(buf)
 	if err := writeFileAtomic(path, []byte(s+"\n"), 0o600); err != nil {
 		return "", err
 	}
 	return s, nil
 }
 
-// writeKubeconfig writes a kubeconfig for the dev API server. The user
-// carries a dummy token: the server authenticates nobody, and an empty
-// user makes kubectl prompt for a password.
-func writeKubeconfig(path, server string) error {
+// writeKubeconfig writes a kubeconfig (0600) for the dev API server whose
+// user carries token as a plain bearer token. caPEM verifies the serving
+// certificate; without it verification is skipped.
+func writeKubeconfig(path, server string, caPEM []byte, userName, token string) error {
+	trust := "insecure-skip-tls-verify: true"
+	if len(caPEM) > 0 {
+		trust = "certificate-authority-data: " + base64.StdEncoding.EncodeToString(caPEM)
+	}
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: sandbox-dev
   cluster:
     server: %s
-    insecure-skip-tls-verify: true
+    %s
 users:
-- name: sandbox-dev
+- name: %[3]s
   user:
-    token: sandbox-dev
+    token: %[4]s
 contexts:
-- name: sandbox-dev
+- name: %[3]s
   context:
     cluster: sandbox-dev
-    user: sandbox-dev
+    user: %[3]s
     namespace: default
-current-context: sandbox-dev
-`, server)
+current-context: %[3]s
+`, server, trust, userName, token)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}

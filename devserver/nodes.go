@@ -13,8 +13,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/vmm/backends"
 	"github.com/hearthvm/hearth/vmm/sim"
 )
@@ -26,6 +28,8 @@ type nodesConfig struct {
 	token           string
 	rest            *rest.Config
 	publishInterval time.Duration
+	// extra is the backends' Options.Extra.
+	extra map[string]string
 }
 
 // runningNode is one in-process node daemon and its HTTP server.
@@ -72,7 +76,7 @@ func startNodes(ctx context.Context, cfg nodesConfig) (fleetNodes, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return out, err
 		}
-		drv, err := backends.Open(cfg.vmm, backends.Options{RootDir: filepath.Join(dir, "vms"), AgentCommand: agent})
+		drv, err := backends.Open(cfg.vmm, backends.Options{RootDir: filepath.Join(dir, "vms"), AgentCommand: agent, Extra: cfg.extra})
 		if err != nil {
 			return out, fmt.Errorf("node %s: %w", name, err)
 		}
@@ -83,11 +87,11 @@ func startNodes(ctx context.Context, cfg nodesConfig) (fleetNodes, error) {
 		n, err := node.New(node.Config{
 			Name:              name,
 			AdvertiseAddress:  ln.Addr().String(),
-			RootToken:         cfg.token,
+			NodeToken:         nodeapi.NodeToken(cfg.token, name),
+			RootToken:         cfg.token, // operators: <data-dir>/root-token
 			DataDir:           dir,
 			Driver:            drv,
 			InventoryInterval: cfg.publishInterval,
-			InventoryDebounce: 300 * time.Millisecond,
 			Publisher:         pub,
 		})
 		if err != nil {
@@ -96,8 +100,8 @@ func startNodes(ctx context.Context, cfg nodesConfig) (fleetNodes, error) {
 		}
 		nctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		rn := &runningNode{name: name, addr: ln.Addr().String(), n: n, cancel: cancel, runDone: make(chan struct{}),
-			srv: &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}}
-		go func() { _ = rn.srv.Serve(ln) }()
+			srv: serve.NewServer(n.Handler(), serve.Options{})}
+		go func() { _ = rn.srv.Serve(serve.Listen(ln, serve.Options{})) }()
 		go func() {
 			defer close(rn.runDone)
 			if err := n.Run(nctx); err != nil && nctx.Err() == nil {

@@ -5,26 +5,51 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
-	"github.com/hearthvm/hearth/claim"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/sandbox"
 )
 
-// recentClaim is a claim this gateway made (create or fork), remembered so
-// lists show it before its node publishes and keep its metadata.
-type recentClaim struct {
-	loc claim.Located
-	at  time.Time
+// Fleet is what the gateway needs from the nodes; *fleet.NodeFleet
+// satisfies it. Lookups are live (LiveByID: the sandbox's token comes with
+// them) and List includes the fleet's unpublished claims, so a sandbox is
+// visible here as soon as its claim returns.
+type Fleet interface {
+	Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandbox, error)
+	LiveByID(ctx context.Context, id string) (nodeapi.Sandbox, error)
+	List(ctx context.Context) ([]nodeapi.Sandbox, error)
+	Pools(ctx context.Context) ([]nodeapi.PoolInfo, error)
+	Release(ctx context.Context, s nodeapi.Sandbox) error
+	Pause(ctx context.Context, s nodeapi.Sandbox) error
+	// PauseWithoutMemory pauses s keeping only its file system (its VM
+	// stops; a resume restarts it from its disk).
+	PauseWithoutMemory(ctx context.Context, s nodeapi.Sandbox) error
+	Resume(ctx context.Context, s nodeapi.Sandbox) error
+	Fork(ctx context.Context, s nodeapi.Sandbox, count int, ttlSeconds int64) ([]nodeapi.Sandbox, error)
+	Snapshot(ctx context.Context, s nodeapi.Sandbox, name string) (nodeapi.Snapshot, error)
+	Snapshots(ctx context.Context) ([]nodeapi.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+	Renew(ctx context.Context, s nodeapi.Sandbox, ttlSeconds int64) (time.Time, error)
+	Stats(ctx context.Context, s nodeapi.Sandbox) (nodeapi.Stats, error)
+	// ClaimSnapshot claims a new sandbox cloned from snap on the node
+	// holding it, recorded under req.Ref (req.Key is ignored).
+	ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error)
 }
+
+var _ Fleet = (*fleet.NodeFleet)(nil)
 
 func (g *gateway) routesMux() *http.ServeMux {
 	m := http.NewServeMux()
@@ -48,30 +73,19 @@ func (g *gateway) routesMux() *http.ServeMux {
 	m.HandleFunc("GET /sandboxes/{id}/metrics", g.handleMetrics)
 	m.HandleFunc("GET /templates", g.handleTemplates)
 	m.HandleFunc("GET /v2/templates", g.handleTemplates)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no route for %s %q", r.Method, r.URL.Path)
+	})
 	return m
 }
 
-// fail maps a fleet error to an e2b error answer.
+// fail writes err (about what) as an e2b error answer, with the status
+// fleet.HTTPStatus maps it to.
 func fail(w http.ResponseWriter, err error, what string) {
-	var noCap *claim.ErrNoWarmCapacity
-	switch {
-	case errors.As(err, &noCap):
-		writeError(w, http.StatusServiceUnavailable, "%s", err.Error())
-	case errors.Is(err, claim.ErrNotFound) || node.StatusOf(err) == http.StatusNotFound:
-		writeError(w, http.StatusNotFound, "%s not found", what)
-	case errors.Is(err, pool.ErrInvalidKey):
-		writeError(w, http.StatusBadRequest, "%s", err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusGatewayTimeout, "%s: %v", what, err)
-	default:
-		switch s := node.StatusOf(err); s {
-		case http.StatusBadRequest, http.StatusConflict:
-			writeError(w, s, "%s: %v", what, err)
-		case http.StatusTooManyRequests:
-			writeError(w, http.StatusServiceUnavailable, "%s: %v", what, err)
-		default:
-			writeError(w, http.StatusInternalServerError, "%s: %v", what, err)
-		}
+	if status := fleet.HTTPStatus(err); status == http.StatusNotFound {
+		writeError(w, status, "%s not found", what)
+	} else {
+		writeError(w, status, "%s: %v", what, err)
 	}
 }
 
@@ -79,7 +93,12 @@ func fail(w http.ResponseWriter, err error, what string) {
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading the body: %v", err)
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", tooBig.Limit)
+		} else {
+			writeError(w, http.StatusBadRequest, "reading the body: %v", err)
+		}
 		return false
 	}
 	if len(strings.TrimSpace(string(b))) == 0 {
@@ -92,141 +111,108 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-func (g *gateway) inNamespace(l claim.Located) bool {
-	return strings.HasPrefix(l.ClaimRef, g.cfg.Namespace+"/")
+func (g *gateway) inNamespace(s nodeapi.Sandbox) bool {
+	return strings.HasPrefix(s.ClaimRef, g.cfg.Namespace+"/")
 }
 
 // lookup resolves a client-supplied sandbox id (raw or rendered) through
 // the fleet, live; only sandboxes in the gateway's namespace are visible.
-func (g *gateway) lookup(ctx context.Context, given string) (claim.Located, error) {
+//
+// A not-found is remembered for missTTL, so a burst of requests for an
+// unknown id costs one fleet lookup, not one each.
+func (g *gateway) lookup(ctx context.Context, given string) (nodeapi.Sandbox, error) {
 	given = strings.TrimSpace(given)
-	if given == "" {
-		return claim.Located{}, claim.ErrNotFound
+	if given == "" || len(given) > maxIDLen {
+		return nodeapi.Sandbox{}, fleet.ErrNotFound
 	}
-	var cands []string
-	g.mu.Lock()
-	if rc, ok := g.recent[given]; ok {
-		cands = append(cands, rc.loc.ID)
+	if g.missed(given) {
+		return nodeapi.Sandbox{}, fleet.ErrNotFound
 	}
-	g.mu.Unlock()
-	for _, c := range idCandidates(given) {
-		if len(cands) == 0 || cands[0] != c {
-			cands = append(cands, c)
-		}
+	s, err := g.lookupFleet(ctx, given)
+	if errors.Is(err, fleet.ErrNotFound) && !errors.Is(err, fleet.ErrIncomplete) {
+		g.miss(given)
 	}
-	tried := map[string]bool{}
-	try := func(id string) (claim.Located, bool, error) {
-		tried[id] = true
-		loc, err := g.fleet.ByID(ctx, id)
-		if err == nil {
-			if MatchID(loc.ID, given) && g.inNamespace(loc) {
-				return g.withKnown(loc), true, nil
-			}
-			return loc, false, nil
-		}
-		if errors.Is(err, claim.ErrNotFound) || node.StatusOf(err) == http.StatusNotFound {
-			return loc, false, nil
-		}
-		return loc, false, err
-	}
-	for _, c := range cands {
-		if loc, ok, err := try(c); ok || err != nil {
-			return loc, err
-		}
-	}
-	// An id in a spelling we cannot invert: scan the view.
-	all, err := g.fleet.List(ctx)
-	if err != nil {
-		return claim.Located{}, err
-	}
-	for _, l := range all {
-		if !tried[l.ID] && MatchID(l.ID, given) {
-			if loc, ok, err := try(l.ID); ok || err != nil {
-				return loc, err
-			}
-		}
-	}
-	return claim.Located{}, claim.ErrNotFound
+	return s, err
 }
 
-// withKnown fills what the fleet's answer may lack (template, metadata)
-// from a claim made here.
-func (g *gateway) withKnown(l claim.Located) claim.Located {
+// maxIDLen bounds a client-supplied sandbox id (the node's are ~20 bytes).
+const maxIDLen = 128
+
+// missTTL is how long a not-found is served from memory.
+const missTTL = 2 * time.Second
+
+func (g *gateway) missed(given string) bool {
 	g.mu.Lock()
-	rc, ok := g.recent[RenderID(l.ID)]
-	g.mu.Unlock()
-	if !ok {
-		return l
+	defer g.mu.Unlock()
+	exp, ok := g.misses[given]
+	if ok && g.now().Before(exp) {
+		return true
 	}
-	if l.Template == "" {
-		l.Template = rc.loc.Template
+	if ok {
+		delete(g.misses, given)
 	}
-	if l.Metadata == nil {
-		l.Metadata = rc.loc.Metadata
-	}
-	if l.Token == "" {
-		l.Token = rc.loc.Token
-	}
-	return l
+	return false
 }
 
-// maxRecent is the size past which remember drops records whose lease
-// (as last granted through this gateway) has ended.
-const maxRecent = 4096
-
-func (g *gateway) remember(l claim.Located) {
+func (g *gateway) miss(given string) {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.recent[RenderID(l.ID)] = recentClaim{loc: l, at: now}
-	if len(g.recent) > maxRecent {
-		for k, rc := range g.recent {
-			if !rc.loc.Deadline.IsZero() && now.After(rc.loc.Deadline) {
-				delete(g.recent, k)
+	if len(g.misses) >= 100000 { // bound the cache
+		for k, exp := range g.misses {
+			if !now.Before(exp) {
+				delete(g.misses, k)
+			}
+		}
+		if len(g.misses) >= 100000 {
+			clear(g.misses)
+		}
+	}
+	g.misses[given] = now.Add(missTTL)
+}
+
+// unmiss forgets cached not-founds for a sandbox that now exists.
+func (g *gateway) unmiss(s nodeapi.Sandbox) {
+	g.mu.Lock()
+	delete(g.misses, s.ID)
+	delete(g.misses, RenderID(s.ID))
+	g.mu.Unlock()
+}
+
+func (g *gateway) lookupFleet(ctx context.Context, given string) (nodeapi.Sandbox, error) {
+	tried := map[string]bool{}
+	try := func(id string) (nodeapi.Sandbox, bool, error) {
+		tried[id] = true
+		s, err := g.fleet.LiveByID(ctx, id)
+		switch {
+		case err == nil:
+			return s, MatchID(s.ID, given) && g.inNamespace(s), nil
+		case errors.Is(err, fleet.ErrNotFound):
+			return s, false, nil
+		}
+		return s, false, err
+	}
+	for _, c := range idCandidates(given) {
+		if s, ok, err := try(c); ok || err != nil {
+			return s, err
+		}
+	}
+	// An id in a spelling we cannot invert: scan the fleet's list.
+	all, err := g.fleet.List(ctx)
+	if err != nil {
+		return nodeapi.Sandbox{}, err
+	}
+	for _, l := range all {
+		if !tried[l.ID] && MatchID(l.ID, given) {
+			if s, ok, err := try(l.ID); ok || err != nil {
+				return s, err
 			}
 		}
 	}
+	return nodeapi.Sandbox{}, fleet.ErrNotFound
 }
 
-// renewed records a new deadline granted through this gateway.
-func (g *gateway) renewed(l claim.Located, deadline time.Time) {
-	g.mu.Lock()
-	if rc, ok := g.recent[RenderID(l.ID)]; ok {
-		rc.loc.Deadline = deadline
-		g.recent[RenderID(l.ID)] = rc
-	}
-	g.mu.Unlock()
-}
-
-func (g *gateway) forget(l claim.Located) {
-	g.mu.Lock()
-	delete(g.recent, RenderID(l.ID))
-	for k, rt := range g.routes {
-		if rt.id == l.ID {
-			delete(g.routes, k)
-		}
-	}
-	g.mu.Unlock()
-}
-
-func located(d claim.Delivery, template, ref, net string, metadata map[string]string) claim.Located {
-	tpl := d.Template
-	if tpl == "" {
-		tpl = template
-	}
-	cref := d.ClaimRef
-	if cref == "" {
-		cref = ref
-	}
-	return claim.Located{
-		Sandbox: node.Sandbox{
-			ID: d.ID, Template: tpl, Net: net, Size: sandbox.SizeSmall, ClaimRef: cref,
-			Addr: d.OwnerAddr, Deadline: d.Deadline, ClaimedAt: d.ClaimedAt, Metadata: metadata,
-			Token: d.Token, Node: d.Node,
-		},
-		Node: d.Node, NodeAddr: d.NodeAddr,
-	}
-}
+func (g *gateway) forget(s nodeapi.Sandbox) { g.dropRoute(s.ID) }
 
 // sandboxJSON is e2b's Sandbox (create, connect, fork).
 type sandboxJSON struct {
@@ -248,14 +234,14 @@ func (g *gateway) domain() *string {
 	return &d
 }
 
-func (g *gateway) sandboxOf(l claim.Located) sandboxJSON {
+func (g *gateway) sandboxOf(l nodeapi.Sandbox) sandboxJSON {
 	s := sandboxJSON{
 		TemplateID: l.Template, SandboxID: RenderID(l.ID), ClientID: l.Node, Alias: l.Template,
 		EnvdVersion: g.cfg.EnvdVersion, Domain: g.domain(),
 	}
 	if l.Token != "" {
-		t := l.Token
-		s.EnvdAccessToken = &t
+		t, tt := l.Token, TrafficToken(l.Token)
+		s.EnvdAccessToken, s.TrafficAccessToken = &t, &tt
 	}
 	return s
 }
@@ -301,17 +287,21 @@ func sizeShape(size string) (cpus, memMB int) {
 	return 1, 2048
 }
 
+// timeLayout is RFC 3339 with milliseconds, always three digits: what
+// e2b serves and JavaScript's Date keeps.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
 func rfc3339(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return t.UTC().Format(time.RFC3339)
+	return t.UTC().Format(timeLayout)
 }
 
-func (g *gateway) listedOf(l claim.Located) listedJSON {
+func (g *gateway) listedOf(l nodeapi.Sandbox) listedJSON {
 	cpus, mem := sizeShape(l.Size)
 	state := "running"
-	if l.Hibernated {
+	if l.Paused {
 		state = "paused"
 	}
 	md := l.Metadata
@@ -342,6 +332,38 @@ type createRequest struct {
 	Metadata            map[string]string `json:"metadata"`
 	EnvVars             map[string]string `json:"envVars"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	// AutoPause (the SDK's lifecycle.onTimeout "pause") pauses the
+	// sandbox at its timeout instead of killing it.
+	AutoPause *bool `json:"autoPause"`
+	// AutoPauseMemory false makes that pause one without memory (file
+	// system only).
+	AutoPauseMemory *bool `json:"autoPauseMemory"`
+	// AutoResume resumes an auto-paused sandbox on its next data-plane
+	// request.
+	AutoResume *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+}
+
+// lifecycleOf is the node lifecycle a create asks for.
+func lifecycleOf(req createRequest) (nodeapi.Lifecycle, error) {
+	var l nodeapi.Lifecycle
+	if req.AutoPause != nil && *req.AutoPause {
+		l.OnTimeout = nodeapi.OnTimeoutPause
+	}
+	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory && l.OnTimeout == nodeapi.OnTimeoutPause {
+		l.PauseWithoutMemory = true
+	}
+	if req.AutoResume != nil && req.AutoResume.Enabled {
+		if l.OnTimeout != nodeapi.OnTimeoutPause {
+			return l, errors.New("autoResume can only be enabled with autoPause")
+		}
+		if l.PauseWithoutMemory {
+			return l, errors.New("autoResume cannot be enabled with autoPauseMemory false: a pause without memory is resumed by connect")
+		}
+		l.AutoResume = true
+	}
+	return l, nil
 }
 
 // leaseSeconds is the lease a create or fork asks for: timeout when it is
@@ -353,13 +375,71 @@ func (g *gateway) leaseSeconds(timeout *int64) (ttl int64, ok bool) {
 	return *timeout, *timeout > 0
 }
 
+// tooLong answers 400 when an asked timeout exceeds MaxTimeoutSeconds
+// (like e2b, rather than clamping silently) and reports whether it did.
+func (g *gateway) tooLong(w http.ResponseWriter, timeout *int64) bool {
+	if timeout == nil || *timeout <= g.cfg.MaxTimeoutSeconds {
+		return false
+	}
+	writeError(w, http.StatusBadRequest, "timeout cannot be greater than %d seconds, got %d", g.cfg.MaxTimeoutSeconds, *timeout)
+	return true
+}
+
+// Limits on what a create carries (the body as a whole is bounded by
+// maxBodyBytes).
+const (
+	maxTemplateIDLen = 512
+	maxEnvBytes      = 64 << 10 // names and values of envVars, summed
+	maxEnvVars       = 1000
+	maxMetadataBytes = 64 << 10
+	maxMetadataKeys  = 1000
+)
+
+// validateCreate checks a create's fields before anything is claimed.
+func validateCreate(req createRequest) error {
+	id := req.TemplateID
+	if strings.TrimSpace(id) == "" {
+		return errors.New("templateID is required")
+	}
+	if len(id) > maxTemplateIDLen || strings.IndexFunc(id, unicode.IsControl) >= 0 || !utf8.ValidString(id) {
+		return fmt.Errorf("templateID %.64q is not a valid template or snapshot id", id)
+	}
+	if len(req.EnvVars) > maxEnvVars {
+		return fmt.Errorf("envVars has %d entries (at most %d)", len(req.EnvVars), maxEnvVars)
+	}
+	n := 0
+	for k, v := range req.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("envVars name %.64q is invalid", k)
+		}
+		n += len(k) + len(v)
+	}
+	if n > maxEnvBytes {
+		return fmt.Errorf("envVars total %d bytes (at most %d)", n, maxEnvBytes)
+	}
+	if len(req.Metadata) > maxMetadataKeys {
+		return fmt.Errorf("metadata has %d keys (at most %d)", len(req.Metadata), maxMetadataKeys)
+	}
+	n = 0
+	for k, v := range req.Metadata {
+		if k == "" {
+			return errors.New("metadata has an empty key")
+		}
+		n += len(k) + len(v)
+	}
+	if n > maxMetadataBytes {
+		return fmt.Errorf("metadata total %d bytes (at most %d)", n, maxMetadataBytes)
+	}
+	return nil
+}
+
 func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req createRequest
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if strings.TrimSpace(req.TemplateID) == "" {
-		writeError(w, http.StatusBadRequest, "templateID is required")
+	if err := validateCreate(req); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	ttl, ok := g.leaseSeconds(req.Timeout)
@@ -367,75 +447,155 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout must be >= 0, got %d", *req.Timeout)
 		return
 	}
-	allow := req.AllowInternetAccess != nil && *req.AllowInternetAccess
-	key, err := pool.KeyForE2B(req.TemplateID, allow)
+	if g.tooLong(w, req.Timeout) {
+		return
+	}
+	life, err := lifecycleOf(req)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	ref := g.cfg.Namespace + "/" + newClaimName()
-	d, err := g.fleet.Claim(r.Context(), claim.Request{
-		Key: key, TTLSeconds: ttl, Ref: ref, Env: req.EnvVars, Metadata: req.Metadata,
-	})
+	freq := fleet.Request{TTLSeconds: ttl, Ref: g.cfg.Namespace + "/" + newClaimName(), Env: req.EnvVars, Metadata: req.Metadata, Lifecycle: life}
+	var s nodeapi.Sandbox
+	if isSnapshotID(req.TemplateID) {
+		s, err = g.claimSnapshot(r.Context(), req.TemplateID, freq)
+	} else {
+		allow := req.AllowInternetAccess != nil && *req.AllowInternetAccess
+		freq.Key, err = pool.KeyForE2B(g.template(r.Context(), req.TemplateID), allow)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		s, err = g.fleet.Claim(r.Context(), freq)
+		var noCap *fleet.ErrNoWarmCapacity
+		if errors.As(err, &noCap) && !g.isPool(r.Context(), freq.Key) {
+			// Not a template any node serves: a snapshot may go by its name.
+			if snap, ok := g.snapshotNamed(r.Context(), req.TemplateID); ok {
+				s, err = g.fleet.ClaimSnapshot(r.Context(), snap, freq)
+			}
+		}
+	}
 	if err != nil {
 		fail(w, err, "template "+strconv.Quote(req.TemplateID))
 		return
 	}
-	loc := located(d, key.Template, ref, key.Net, req.Metadata)
-	g.remember(loc)
-	writeJSON(w, http.StatusCreated, g.sandboxOf(loc))
+	if r.Context().Err() != nil {
+		// The client is gone and will never learn the id: give it back.
+		g.releaseOrphans(r.Context(), s)
+		return
+	}
+	g.unmiss(s)
+	writeJSON(w, http.StatusCreated, g.sandboxOf(s))
 }
 
-// view returns every sandbox of the namespace: the fleet's view merged
-// with claims made here that are not published yet (verified live).
-func (g *gateway) view(ctx context.Context) ([]claim.Located, error) {
+// releaseOrphans releases sandboxes claimed for a client that went away
+// before the answer, on a context of their own.
+func (g *gateway) releaseOrphans(ctx context.Context, sbs ...nodeapi.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for _, s := range sbs {
+		_ = g.fleet.Release(ctx, s)
+	}
+}
+
+// isPool reports whether some node advertises a pool of k's template (from
+// the view: no node call), so a 503 for it is only a capacity shortage.
+func (g *gateway) isPool(ctx context.Context, k pool.Key) bool {
+	pools, err := g.fleet.Pools(ctx)
+	if err != nil {
+		return true // do not widen a failure into a fan-out
+	}
+	for _, p := range pools {
+		if p.Template == k.Template {
+			return true
+		}
+	}
+	return false
+}
+
+// template resolves a create's templateID: an alias (Config.TemplateAliases,
+// e.g. @e2b/code-interpreter's default "code-interpreter-v1") names its
+// target unless some node serves a pool of the alias itself.
+func (g *gateway) template(ctx context.Context, id string) string {
+	target, ok := g.aliases[id]
+	if !ok || target == "" || g.isPool(ctx, pool.Key{Template: id}) {
+		return id
+	}
+	return target
+}
+
+// isSnapshotID reports whether a templateID names a snapshot by id (the
+// node's "sn_…", or its DNS-safe rendering).
+func isSnapshotID(id string) bool {
+	return strings.HasPrefix(id, "sn_") || strings.HasPrefix(id, "sn-")
+}
+
+// snapshots lists the snapshots of the gateway's namespace.
+func (g *gateway) snapshots(ctx context.Context) ([]nodeapi.Snapshot, error) {
+	all, err := g.fleet.Snapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0:0]
+	for _, c := range all {
+		if c.Namespace == g.cfg.Namespace {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// snapshotByID finds a snapshot of the namespace by id (either spelling).
+func (g *gateway) snapshotByID(ctx context.Context, id string) (nodeapi.Snapshot, error) {
+	snaps, err := g.snapshots(ctx)
+	if err != nil {
+		return nodeapi.Snapshot{}, err
+	}
+	for _, c := range snaps {
+		if MatchID(c.ID, id) {
+			return c, nil
+		}
+	}
+	return nodeapi.Snapshot{}, fleet.ErrNotFound
+}
+
+// snapshotNamed finds the newest snapshot of the namespace named name.
+func (g *gateway) snapshotNamed(ctx context.Context, name string) (nodeapi.Snapshot, bool) {
+	snaps, err := g.snapshots(ctx)
+	if err != nil {
+		return nodeapi.Snapshot{}, false
+	}
+	for _, c := range snaps { // newest first
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return nodeapi.Snapshot{}, false
+}
+
+// claimSnapshot starts a sandbox from the namespace's snapshot id, on the
+// node holding it.
+func (g *gateway) claimSnapshot(ctx context.Context, id string, req fleet.Request) (nodeapi.Sandbox, error) {
+	snap, err := g.snapshotByID(ctx, id)
+	if err != nil {
+		return nodeapi.Sandbox{}, err
+	}
+	return g.fleet.ClaimSnapshot(ctx, snap, req)
+}
+
+// view returns every sandbox of the namespace the fleet lists (published
+// or claimed through the fleet and not published yet).
+func (g *gateway) view(ctx context.Context) ([]nodeapi.Sandbox, error) {
 	all, err := g.fleet.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
-	out := make([]claim.Located, 0, len(all))
-	for _, l := range all {
-		if !g.inNamespace(l) || seen[l.ID] {
-			continue
-		}
-		seen[l.ID] = true
-		out = append(out, g.withKnown(l))
-	}
-	g.mu.Lock()
-	var pending []recentClaim
-	for _, rc := range g.recent {
-		if !seen[rc.loc.ID] {
-			pending = append(pending, rc)
-		}
-	}
-	g.mu.Unlock()
-	// Verify unpublished claims live, a few at a time.
-	found := make([]*claim.Located, len(pending))
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i, rc := range pending {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			loc, err := g.fleet.ByID(ctx, rc.loc.ID)
-			switch {
-			case err == nil:
-				loc = g.withKnown(loc)
-				found[i] = &loc
-			case errors.Is(err, claim.ErrNotFound) || node.StatusOf(err) == http.StatusNotFound:
-				g.forget(rc.loc)
-			default:
-				l := rc.loc // node unreachable: show what we know
-				found[i] = &l
-			}
-		}()
-	}
-	wg.Wait()
-	for _, l := range found {
-		if l != nil {
-			out = append(out, *l)
+	out := make([]nodeapi.Sandbox, 0, len(all))
+	for _, s := range all {
+		if g.inNamespace(s) && !seen[s.ID] {
+			seen[s.ID] = true
+			out = append(out, s)
 		}
 	}
 	return out, nil
@@ -467,10 +627,10 @@ func (g *gateway) serveList(w http.ResponseWriter, r *http.Request, q listQuery)
 		return
 	}
 	items := make([]listItem, len(locs))
-	byID := make(map[string]claim.Located, len(locs))
+	byID := make(map[string]nodeapi.Sandbox, len(locs))
 	for i, l := range locs {
 		id := RenderID(l.ID)
-		items[i] = listItem{ID: id, Template: l.Template, Paused: l.Hibernated, StartedAt: l.ClaimedAt, Metadata: l.Metadata}
+		items[i] = listItem{ID: id, Template: l.Template, Paused: l.Paused, StartedAt: l.ClaimedAt, Metadata: l.Metadata}
 		byID[id] = l
 	}
 	page, next := pageList(items, q)
@@ -484,13 +644,13 @@ func (g *gateway) serveList(w http.ResponseWriter, r *http.Request, q listQuery)
 	writeJSON(w, http.StatusOK, out)
 }
 
-// live asks the node whether s is hibernated (the view may be stale).
-func (g *gateway) live(ctx context.Context, s claim.Located) (bool, error) {
+// live asks the node whether s is paused (the view may be stale).
+func (g *gateway) live(ctx context.Context, s nodeapi.Sandbox) (bool, error) {
 	st, err := g.fleet.Stats(ctx, s)
 	if err != nil {
 		return false, err
 	}
-	return st.Hibernated, nil
+	return st.Paused, nil
 }
 
 // failSandbox maps err about the request's sandbox {id} to an e2b error answer.
@@ -500,18 +660,18 @@ func failSandbox(w http.ResponseWriter, r *http.Request, err error) {
 
 // sandboxFor resolves the request's {id}; on failure it writes the error
 // answer and returns false.
-func (g *gateway) sandboxFor(w http.ResponseWriter, r *http.Request) (claim.Located, bool) {
+func (g *gateway) sandboxFor(w http.ResponseWriter, r *http.Request) (nodeapi.Sandbox, bool) {
 	s, err := g.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
 		failSandbox(w, r, err)
-		return claim.Located{}, false
+		return nodeapi.Sandbox{}, false
 	}
 	return s, true
 }
 
 // pausedFor asks s's node whether it is paused; on failure it writes the
 // error answer and returns ok false.
-func (g *gateway) pausedFor(w http.ResponseWriter, r *http.Request, s claim.Located) (paused, ok bool) {
+func (g *gateway) pausedFor(w http.ResponseWriter, r *http.Request, s nodeapi.Sandbox) (paused, ok bool) {
 	paused, err := g.live(r.Context(), s)
 	if err != nil {
 		failSandbox(w, r, err)
@@ -525,12 +685,15 @@ func (g *gateway) handleGet(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if h, err := g.live(r.Context(), s); err == nil {
-		s.Hibernated = h
+	if p, err := g.live(r.Context(), s); err == nil {
+		s.Paused = p
 	}
 	d := detailJSON{
 		listedJSON: g.listedOf(s), Domain: g.domain(),
-		AllowInternetAccess: s.Net == sandbox.NetEgress, Lifecycle: lifecycle{OnTimeout: "kill"},
+		AllowInternetAccess: s.Net == sandbox.NetEgress, Lifecycle: lifecycle{OnTimeout: nodeapi.OnTimeoutKill, AutoResume: s.AutoResume},
+	}
+	if s.OnTimeout == nodeapi.OnTimeoutPause {
+		d.Lifecycle.OnTimeout = nodeapi.OnTimeoutPause
 	}
 	if s.Token != "" {
 		t := s.Token
@@ -565,16 +728,17 @@ func (g *gateway) handleTimeout(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout (seconds, >= 0) is required")
 		return
 	}
+	if g.tooLong(w, req.Timeout) {
+		return
+	}
 	s, ok := g.sandboxFor(w, r)
 	if !ok {
 		return
 	}
-	deadline, err := g.fleet.Renew(r.Context(), s, *req.Timeout)
-	if err != nil {
+	if _, err := g.fleet.Renew(r.Context(), s, *req.Timeout); err != nil {
 		failSandbox(w, r, err)
 		return
 	}
-	g.renewed(s, deadline)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -604,12 +768,14 @@ func (g *gateway) handlePause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "sandbox %q is already paused", r.PathValue("id"))
 		return
 	}
-	if req.Memory != nil && !*req.Memory {
-		writeError(w, http.StatusBadRequest, "a pause without memory (file system only) is not supported")
-		return
-	}
+	// {"memory": false} (the SDK's keepMemory: false) keeps only the file
+	// system: the VM stops, and a resume restarts it from its disk.
 	g.dropRoute(s.ID)
-	if err := g.fleet.Hibernate(r.Context(), s); err != nil {
+	pause := g.fleet.Pause
+	if req.Memory != nil && !*req.Memory {
+		pause = g.fleet.PauseWithoutMemory
+	}
+	if err := pause(r.Context(), s); err != nil {
 		failSandbox(w, r, err)
 		return
 	}
@@ -625,6 +791,9 @@ func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout must be >= 0")
 		return
 	}
+	if g.tooLong(w, req.Timeout) {
+		return
+	}
 	s, ok := g.sandboxFor(w, r)
 	if !ok {
 		return
@@ -635,7 +804,7 @@ func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	if paused {
-		if err := g.fleet.Wake(r.Context(), s); err != nil {
+		if err := g.fleet.Resume(r.Context(), s); err != nil {
 			failSandbox(w, r, err)
 			return
 		}
@@ -644,12 +813,10 @@ func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	// A connect timeout only extends the lease.
 	if req.Timeout != nil && *req.Timeout > 0 && g.now().Add(time.Duration(*req.Timeout)*time.Second).After(s.Deadline) {
-		deadline, err := g.fleet.Renew(r.Context(), s, *req.Timeout)
-		if err != nil {
+		if _, err := g.fleet.Renew(r.Context(), s, *req.Timeout); err != nil {
 			failSandbox(w, r, err)
 			return
 		}
-		g.renewed(s, deadline)
 	}
 	writeJSON(w, status, g.sandboxOf(s))
 }
@@ -677,6 +844,9 @@ func (g *gateway) handleFork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout must be >= 0")
 		return
 	}
+	if g.tooLong(w, req.Timeout) {
+		return
+	}
 	s, ok := g.sandboxFor(w, r)
 	if !ok {
 		return
@@ -692,12 +862,13 @@ func (g *gateway) handleFork(w http.ResponseWriter, r *http.Request) {
 		failSandbox(w, r, err)
 		return
 	}
-	ns, _, _ := strings.Cut(s.ClaimRef, "/")
+	if r.Context().Err() != nil {
+		g.releaseOrphans(r.Context(), children...)
+		return
+	}
 	out := make([]map[string]any, 0, len(children))
 	for _, c := range children {
-		loc := located(c, s.Template, ns+"/"+c.ID, s.Net, s.Metadata)
-		g.remember(loc)
-		out = append(out, map[string]any{"sandbox": g.sandboxOf(loc)})
+		out = append(out, map[string]any{"sandbox": g.sandboxOf(c)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -707,7 +878,7 @@ type snapshotJSON struct {
 	Names      []string `json:"names"`
 }
 
-func snapshotOf(c node.Checkpoint) snapshotJSON {
+func snapshotOf(c nodeapi.Snapshot) snapshotJSON {
 	s := snapshotJSON{SnapshotID: c.ID, Names: []string{}}
 	if c.Name != "" {
 		s.Names = append(s.Names, c.Name)
@@ -726,7 +897,7 @@ func (g *gateway) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	c, err := g.fleet.Checkpoint(r.Context(), s, req.Name)
+	c, err := g.fleet.Snapshot(r.Context(), s, req.Name)
 	if err != nil {
 		failSandbox(w, r, err)
 		return
@@ -745,7 +916,7 @@ func (g *gateway) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	cps, err := g.fleet.Checkpoints(r.Context())
+	cps, err := g.snapshots(r.Context())
 	if err != nil {
 		fail(w, err, "snapshots")
 		return
@@ -772,7 +943,11 @@ func (g *gateway) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 
 func (g *gateway) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := g.fleet.DeleteCheckpoint(r.Context(), id); err != nil {
+	snap, err := g.snapshotByID(r.Context(), id)
+	if err == nil {
+		err = g.fleet.DeleteSnapshot(r.Context(), snap.ID)
+	}
+	if err != nil {
 		fail(w, err, "snapshot "+strconv.Quote(id))
 		return
 	}
@@ -791,7 +966,37 @@ type metricJSON struct {
 	DiskTotal     int64   `json:"diskTotal"`
 }
 
+// metricsRange decodes getMetrics' optional start and end (unix seconds,
+// inclusive).
+func metricsRange(q url.Values) (start, end int64, err error) {
+	start, end = math.MinInt64, math.MaxInt64
+	for _, b := range []struct {
+		name string
+		to   *int64
+	}{{"start", &start}, {"end", &end}} {
+		if v := q.Get(b.name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return 0, 0, fmt.Errorf("%s %q is not a unix time in seconds", b.name, v)
+			}
+			*b.to = n
+		}
+	}
+	if end < start {
+		return 0, 0, fmt.Errorf("end %d is before start %d", end, start)
+	}
+	return start, end, nil
+}
+
+// handleMetrics answers the sandbox's metrics in [start, end]: the node
+// measures on demand, so the one sample is now's, and a range that does
+// not hold now is an empty list.
 func (g *gateway) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	start, end, err := metricsRange(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	s, ok := g.sandboxFor(w, r)
 	if !ok {
 		return
@@ -805,16 +1010,14 @@ func (g *gateway) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	if at.IsZero() {
 		at = g.now()
 	}
-	writeJSON(w, http.StatusOK, []metricJSON{{
-		Timestamp: rfc3339(at), TimestampUnix: at.Unix(), CPUCount: st.CPUCount,
-		MemUsed: st.MemUsedBytes, MemTotal: st.MemTotalBytes,
-	}})
-}
-
-// PoolLister is an optional extension of claim.Fleet: the warm pools the
-// fleet advertises. Without it, templates come from the claimed sandboxes.
-type PoolLister interface {
-	Pools(ctx context.Context) ([]node.PoolInfo, error)
+	out := []metricJSON{}
+	if at.Unix() >= start && at.Unix() <= end {
+		out = append(out, metricJSON{
+			Timestamp: rfc3339(at), TimestampUnix: at.Unix(), CPUCount: st.CPUCount,
+			MemUsed: st.MemUsedBytes, MemTotal: st.MemTotalBytes,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 type templateJSON struct {
@@ -836,24 +1039,13 @@ type templateJSON struct {
 func (g *gateway) handleTemplates(w http.ResponseWriter, r *http.Request) {
 	type shape struct{ template, size string }
 	var shapes []shape
-	if pl, ok := g.fleet.(PoolLister); ok {
-		pools, err := pl.Pools(r.Context())
-		if err != nil {
-			fail(w, err, "templates")
-			return
-		}
-		for _, p := range pools {
-			shapes = append(shapes, shape{p.Template, p.Size})
-		}
-	} else {
-		all, err := g.fleet.List(r.Context())
-		if err != nil {
-			fail(w, err, "templates")
-			return
-		}
-		for _, l := range all {
-			shapes = append(shapes, shape{l.Template, l.Size})
-		}
+	pools, err := g.fleet.Pools(r.Context())
+	if err != nil {
+		fail(w, err, "templates")
+		return
+	}
+	for _, p := range pools {
+		shapes = append(shapes, shape{p.Template, p.Size})
 	}
 	seen := map[string]bool{}
 	out := []templateJSON{}

@@ -1,27 +1,55 @@
-// Package e2b is Hearth's e2b-compatible gateway (CONTRACT §7): e2b's REST
+// Package e2b is Hearth's e2b-compatible gateway (docs/API.md#e2b-api): e2b's REST
 // control plane (create, list, get, kill, timeout, pause, connect, fork,
-// snapshots, metrics, templates, health) over a claim.Fleet, and the data
+// snapshots, metrics, templates, health) over a Fleet, and the data
 // plane that reverse-proxies envd traffic — requests carrying
 // E2b-Sandbox-Id / E2b-Sandbox-Port — to the sandbox's in-guest agent
-// (package e2b/envd), so the unmodified e2b SDK works.
+// (package agent), so the unmodified e2b SDK works.
 //
 // An e2b create is the same node-local warm claim as a Kubernetes Create:
 // the key comes from pool.KeyForE2B, the claim is recorded under
 // "<namespace>/e2b-<random>" so it shows in `kubectl get sandboxes`, and no
 // path cold-starts (no warm microVM → 503). Sandbox ids are rendered DNS
 // label safe (RenderID); both spellings are accepted. Reads go through
-// Fleet.ByID, never waiting for an inventory publish.
+// Fleet.LiveByID, never waiting for an inventory publish; errors map
+// through fleet.HTTPStatus, like the Kubernetes surface's.
 //
-// Auth: X-API-KEY (constant-time) on every control-plane route but GET
-// /health; with no keys configured New fails unless AllowAnonymous, which
-// then disables the check. The data plane is authorized by the sandbox's
-// own token (X-Access-Token), checked here and again by the agent. Every
-// error body is JSON {"code":<status>,"message":"..."}.
+// Auth comes before any fleet lookup, so an unauthenticated request costs
+// no node call: X-API-KEY (constant-time) on every control-plane route but
+// GET /health (with no keys configured New fails unless AllowAnonymous,
+// which then disables the check); on the data plane a well-formed
+// X-Access-Token (or traffic access token, or API key) first, then —
+// always — the sandbox's own token, which the agent checks again; for a
+// port other than envd's, the sandbox's traffic access token (TrafficToken,
+// returned as trafficAccessToken) stands in for it. Not-found lookups are cached for
+// missTTL. Every error body is JSON {"code":<status>,"message":"..."},
+// unknown routes and unclean paths included.
 //
-// The package owns no state that outlives the process: the fleet (nodes)
-// is the truth; the gateway only remembers recent creates (so a list right
-// after a create shows them) and caches id → agent address for a second or
-// two.
+// The data plane reaches any port of a sandbox, addressed by the headers
+// or by e2b's host "<port>-<sandboxId>.<Domain>" (HostRoute): port 49983
+// (or none) is the agent itself; any other port goes through the agent's
+// authenticated forward (agent.ForwardPortHeader) to that port of the
+// guest — 49999 to the agent's own code interpreter. A create for
+// CodeInterpreterTemplate claims from the default pool (TemplateAliases).
+// A driver that can dial guest ports directly would plug in at the
+// proxy's transport, keyed by the route.
+//
+// Lifecycle: a create's autoPause / autoPauseMemory / autoResume become
+// the claim's nodeapi.Lifecycle, which the node records and acts on (it
+// pauses at the timeout instead of destroying); the gateway only reports
+// it and, for autoResume, resumes a paused sandbox on a data-plane
+// request. A pause with {"memory": false} is the node's pause without
+// memory (the VM stops, its disk is kept).
+//
+// Snapshots are the namespace's (nodeapi.Snapshot.Namespace): listing,
+// deleting and creating from one (a templateID "sn_…" or a snapshot's name)
+// see no other namespace's. A create from a snapshot is
+// Fleet.ClaimSnapshot on the node holding it.
+//
+// The package owns no state that outlives the process and no sandbox
+// state at all: the fleet (its claim-time index, the view, the nodes) is
+// the truth, so a list right after a create shows it; the gateway only
+// caches id → agent address for a second or two. It must not import the
+// node daemon: it speaks nodeapi types through the fleet.
 package e2b
 
 import (
@@ -32,19 +60,20 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
 
-	"github.com/hearthvm/hearth/claim"
-	"github.com/hearthvm/hearth/e2b/envd"
+	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/internal/serve"
 )
 
 // Config configures the gateway.
 type Config struct {
-	Fleet claim.Fleet
+	Fleet Fleet
 	// Namespace receives every e2b claim (default "default"); sandboxes
 	// recorded in other namespaces are invisible to the control plane.
 	Namespace string
@@ -54,14 +83,43 @@ type Config struct {
 	APIKeys []string
 	// AllowAnonymous serves without any key (only when APIKeys is empty).
 	AllowAnonymous bool
-	// EnvdVersion is advertised to the SDK (default envd.Version).
+	// EnvdVersion is advertised to the SDK (default agent.Version).
 	EnvdVersion string
 	// DefaultTimeoutSeconds is the lease of a create without timeout
 	// (default 300, like e2b).
 	DefaultTimeoutSeconds int64
+	// MaxTimeoutSeconds bounds every asked timeout (create, connect,
+	// setTimeout, fork); above it is a 400, like e2b's "Timeout cannot be
+	// greater than 24 hours" (default 86400). The node may clamp lower.
+	MaxTimeoutSeconds int64
 	// Transport carries data-plane requests to agents (default: a tuned
 	// http.Transport).
 	Transport http.RoundTripper
+	// Authorizer admits Kubernetes bearer tokens on the router protocol
+	// (router.go); nil admits only each sandbox's own token.
+	Authorizer SandboxAuthorizer
+	// Refs finds sandboxes by name for the router protocol (default: the
+	// Fleet, when it can).
+	Refs RefLookup
+	// TemplateAliases maps a create's templateID to the template it claims
+	// when no node serves a pool of that name (default: DefaultAliases).
+	// A nil map is the default; an empty one has no aliases.
+	TemplateAliases map[string]string
+}
+
+// CodeInterpreterTemplate is the template @e2b/code-interpreter's
+// Sandbox.create() asks for when given none.
+const CodeInterpreterTemplate = "code-interpreter-v1"
+
+// DefaultTemplate is the image of sandbox-dev's default pool "rt" (the
+// built-in Debian image; image.DefaultRef, which a test keeps equal).
+const DefaultTemplate = "ghcr.io/cocoonstack/sandbox/rt:24.04"
+
+// DefaultAliases sends @e2b/code-interpreter's default template to the
+// default pool, whose agent serves the code interpreter (agent
+// InterpreterPort).
+func DefaultAliases() map[string]string {
+	return map[string]string{CodeInterpreterTemplate: DefaultTemplate}
 }
 
 // ErrNoKeys is returned by New when there are no API keys and anonymous
@@ -86,18 +144,27 @@ func New(cfg Config) (http.Handler, error) {
 		cfg.Namespace = "default"
 	}
 	if cfg.EnvdVersion == "" {
-		cfg.EnvdVersion = envd.Version
+		cfg.EnvdVersion = agent.Version
+	}
+	if cfg.MaxTimeoutSeconds <= 0 {
+		cfg.MaxTimeoutSeconds = 24 * 60 * 60
 	}
 	if cfg.DefaultTimeoutSeconds <= 0 {
-		cfg.DefaultTimeoutSeconds = 300
+		cfg.DefaultTimeoutSeconds = min(300, cfg.MaxTimeoutSeconds)
 	}
 	g := &gateway{
 		cfg:    cfg,
 		fleet:  cfg.Fleet,
 		keys:   keys,
-		recent: map[string]recentClaim{},
 		routes: map[string]route{},
+		misses: map[string]time.Time{},
 		now:    time.Now,
+	}
+	if g.aliases = cfg.TemplateAliases; g.aliases == nil {
+		g.aliases = DefaultAliases()
+	}
+	if g.refs = cfg.Refs; g.refs == nil {
+		g.refs, _ = cfg.Fleet.(RefLookup)
 	}
 	g.proxy = g.newProxy(cfg.Transport)
 	g.mux = g.routesMux()
@@ -135,27 +202,31 @@ type Options struct {
 	APIKeyFile     string
 	Domain         string
 	AllowAnonymous bool
+	// TemplateAliases is Config.TemplateAliases.
+	TemplateAliases map[string]string
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
-	return &Options{BindAddress: "127.0.0.1:3000", Namespace: "default"}
+	return &Options{BindAddress: "127.0.0.1:3000", Namespace: "default", TemplateAliases: DefaultAliases()}
 }
 
 // AddFlags registers --e2b-bind-address, --e2b-namespace,
-// --e2b-api-key-file, --e2b-domain and --e2b-allow-anonymous.
+// --e2b-api-key-file, --e2b-domain, --e2b-allow-anonymous and
+// --e2b-template-alias.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "e2b-bind-address", o.BindAddress, "address the e2b API (and envd data plane) listens on")
 	fs.StringVar(&o.Namespace, "e2b-namespace", o.Namespace, "namespace that receives e2b sandboxes")
 	fs.StringVar(&o.APIKeyFile, "e2b-api-key-file", o.APIKeyFile, "file of accepted e2b API keys, one a line, '#' comments")
 	fs.StringVar(&o.Domain, "e2b-domain", o.Domain, "domain echoed to e2b clients as the sandbox domain")
 	fs.BoolVar(&o.AllowAnonymous, "e2b-allow-anonymous", o.AllowAnonymous, "serve the e2b API without API keys")
+	fs.StringToStringVar(&o.TemplateAliases, "e2b-template-alias", o.TemplateAliases, "templateID=template pairs: a create for templateID claims template unless a pool of templateID exists")
 }
 
 // Config loads the key file and returns the gateway configuration for fleet;
 // it fails like New when there would be no keys.
-func (o *Options) Config(fleet claim.Fleet) (Config, error) {
-	cfg := Config{Fleet: fleet, Namespace: o.Namespace, Domain: o.Domain, AllowAnonymous: o.AllowAnonymous}
+func (o *Options) Config(fleet Fleet) (Config, error) {
+	cfg := Config{Fleet: fleet, Namespace: o.Namespace, Domain: o.Domain, AllowAnonymous: o.AllowAnonymous, TemplateAliases: o.TemplateAliases}
 	if o.APIKeyFile != "" {
 		keys, err := LoadKeys(o.APIKeyFile)
 		if err != nil {
@@ -171,22 +242,44 @@ func (o *Options) Config(fleet claim.Fleet) (Config, error) {
 
 // gateway is the handler.
 type gateway struct {
-	cfg   Config
-	fleet claim.Fleet
-	keys  [][]byte
-	mux   *http.ServeMux
-	proxy http.Handler
-	now   func() time.Time
+	cfg     Config
+	fleet   Fleet
+	keys    [][]byte
+	mux     *http.ServeMux
+	proxy   http.Handler
+	refs    RefLookup
+	aliases map[string]string
+	now     func() time.Time
 
 	mu     sync.Mutex
-	recent map[string]recentClaim // rendered id → a claim made here
-	routes map[string]route       // client id → cached agent route
+	routes map[string]route     // client id → cached agent route
+	misses map[string]time.Time // client id → end of its cached not-found
 }
 
+// maxBodyBytes bounds every control-plane request body (413 above it).
+const maxBodyBytes = 1 << 20
+
 // ServeHTTP routes envd traffic (E2b-Sandbox-Id) to the data plane and the
-// rest to the authenticated control plane.
+// rest to the authenticated control plane. Both authenticate before
+// anything reaches the fleet: the control plane by API key, the data plane
+// by a well-formed access token (or an API key); either failing is a 401
+// that costs no node call.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id, port, ok := HostRoute(r.Host, g.cfg.Domain); ok {
+		r.Header.Set("E2b-Sandbox-Id", id)
+		r.Header.Set("E2b-Sandbox-Port", port)
+	}
+	if r.Header.Get(HeaderSandboxID) != "" {
+		g.serveRouter(w, r)
+		return
+	}
 	if r.Header.Get("E2b-Sandbox-Id") != "" {
+		if !wellFormedToken(r.Header.Get("X-Access-Token")) && !wellFormedToken(r.Header.Get(TrafficTokenHeader)) &&
+			!g.keyed(r) && !agent.HasFileSignature(r) {
+			writeError(w, http.StatusUnauthorized, "missing or invalid X-Access-Token")
+			return
+		}
+		serve.Unbound(w) // a data-plane stream lasts as long as it needs
 		g.serveData(w, r)
 		return
 	}
@@ -194,21 +287,53 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "invalid API key")
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if p := r.URL.Path; p == "" || p[0] != '/' || path.Clean(p) != p {
+		// ServeMux would redirect an unclean path (".." segments, "//",
+		// a trailing slash); e2b answers a JSON 404.
+		writeError(w, http.StatusNotFound, "no route for %s %q", r.Method, p)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	g.mux.ServeHTTP(w, r)
 }
 
-// authorized checks X-API-KEY against every key in constant time.
+// authorized checks X-API-KEY against every key in constant time; with no
+// keys it is AllowAnonymous.
 func (g *gateway) authorized(r *http.Request) bool {
 	if len(g.keys) == 0 {
 		return g.cfg.AllowAnonymous
 	}
+	return g.keyed(r)
+}
+
+// keyed reports whether the request carries one of the configured API keys.
+func (g *gateway) keyed(r *http.Request) bool {
 	got := []byte(r.Header.Get("X-API-KEY"))
+	if len(got) == 0 {
+		return false
+	}
 	ok := 0
 	for _, k := range g.keys {
 		ok |= subtle.ConstantTimeCompare(got, k)
 	}
 	return ok == 1
+}
+
+// wellFormedToken reports whether t could be a sandbox access token: 16 to
+// 256 bytes of URL- and header-safe characters (the node issues 48 hex
+// digits). It is the data plane's check before any lookup; the token's
+// value is checked against the sandbox's after it.
+func wellFormedToken(t string) bool {
+	if len(t) < 16 || len(t) > 256 {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~+/=", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // apiError is every error body.

@@ -19,7 +19,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hearthvm/hearth/claim"
+	"github.com/hearthvm/hearth/agent"
+
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 func TestRenderAndMatchID(t *testing.T) {
@@ -105,8 +107,12 @@ func TestPageList(t *testing.T) {
 	require.Equal(t, "c", ids(p))
 	p, _ = pageList(items, listQuery{Limit: 10, Metadata: map[string]string{"even": "y"}})
 	require.Equal(t, "eca", ids(p))
-	p, _ = pageList(items, listQuery{Limit: 10, StartedAfter: base.Add(2 * time.Second), hasStartAfter: true})
-	require.Equal(t, "ed", ids(p))
+	p, _ = pageList(items, listQuery{Limit: 10, StartedAfter: base.Add(2 * time.Second)})
+	require.Equal(t, "edc", ids(p), "startedAfter is inclusive")
+	p, _ = pageList(items, listQuery{Limit: 10, StartedBefore: base.Add(2 * time.Second)})
+	require.Equal(t, "cba", ids(p), "startedBefore is inclusive")
+	p, _ = pageList(items, listQuery{Limit: 10, StartedAfter: base.Add(time.Second), StartedBefore: base.Add(3 * time.Second)})
+	require.Equal(t, "dcb", ids(p))
 
 	// A deleted item between pages neither repeats nor skips the rest.
 	p, next = pageList(items, listQuery{Limit: 2})
@@ -288,8 +294,8 @@ func TestCreate_ClaimsAndTheDataPlaneWorks(t *testing.T) {
 	require.Equal(t, "sb-0001", s.SandboxID)
 	require.Equal(t, "rt", s.TemplateID)
 	require.Equal(t, "node-a", s.ClientID)
-	require.Equal(t, "0.5.7", s.EnvdVersion)
-	require.Equal(t, "tok-1", *s.EnvdAccessToken)
+	require.Equal(t, agent.Version, s.EnvdVersion)
+	require.Equal(t, fakeToken(1), *s.EnvdAccessToken)
 	require.Equal(t, "gw.local", *s.Domain)
 
 	req := g.f.claims[0]
@@ -303,12 +309,12 @@ func TestCreate_ClaimsAndTheDataPlaneWorks(t *testing.T) {
 	require.Equal(t, 200, status)
 	require.Equal(t, "bar\n", out, "envVars reach the guest")
 	require.Equal(t, "3", exit)
-	status, out, _ = g.run("sb_0001", "tok-1", "echo raw-id")
+	status, out, _ = g.run("sb_0001", fakeToken(1), "echo raw-id")
 	require.Equal(t, 200, status)
 	require.Equal(t, "raw-id\n", out)
 	status, _, _ = g.run(s.SandboxID, "wrong", "true")
 	require.Equal(t, http.StatusUnauthorized, status)
-	status, _, _ = g.run("sb-9999", "x", "true")
+	status, _, _ = g.run("sb-9999", fakeToken(9999), "true")
 	require.Equal(t, http.StatusBadGateway, status)
 
 	// Timeout goes through as the lease; bad bodies are 400 before any claim.
@@ -333,10 +339,9 @@ func TestList_ShowsUnpublishedClaimsFiltersAndPages(t *testing.T) {
 	var list []listedJSON
 	resp, _ := g.call("GET", "/v2/sandboxes", nil, &list)
 	require.Equal(t, 200, resp.StatusCode)
-	require.Len(t, list, 2, "claims show before their node publishes")
+	require.Len(t, list, 2, "claims show before their node publishes (the fleet lists its claim-time index)")
 	require.Equal(t, b.SandboxID, list[0].SandboxID, "newest first")
 
-	g.f.publishAll() // the view now has them, without metadata
 	resp, _ = g.call("GET", "/v2/sandboxes?metadata="+url.QueryEscape(url.QueryEscape("team")+"="+url.QueryEscape("x")), nil, &list)
 	require.Equal(t, 200, resp.StatusCode)
 	require.Len(t, list, 1)
@@ -382,8 +387,8 @@ func TestLifecycleVerbs(t *testing.T) {
 	require.Equal(t, "running", d.State)
 	require.Equal(t, map[string]string{"k": "v"}, d.Metadata)
 	loc := mustByID(t, g.f, "sb_0001")
-	require.Equal(t, loc.ClaimedAt.UTC().Format(time.RFC3339), d.StartedAt)
-	require.Equal(t, loc.Deadline.UTC().Format(time.RFC3339), d.EndAt)
+	require.Equal(t, loc.ClaimedAt.UTC().Format(timeLayout), d.StartedAt)
+	require.Equal(t, loc.Deadline.UTC().Format(timeLayout), d.EndAt)
 
 	resp, _ = g.call("POST", "/sandboxes/"+id+"/timeout", map[string]any{"timeout": 1000}, nil)
 	require.Equal(t, http.StatusNoContent, resp.StatusCode)
@@ -398,7 +403,7 @@ func TestLifecycleVerbs(t *testing.T) {
 	require.Equal(t, http.StatusConflict, resp.StatusCode)
 	g.call("GET", "/sandboxes/"+id, nil, &d)
 	require.Equal(t, "paused", d.State)
-	status, _, _ := g.run(id, "tok-1", "true")
+	status, _, _ := g.run(id, fakeToken(1), "true")
 	require.Equal(t, http.StatusBadGateway, status, "a paused sandbox is not running")
 	resp, _ = g.call("POST", "/sandboxes/"+id+"/fork", map[string]any{}, nil)
 	require.Equal(t, http.StatusConflict, resp.StatusCode)
@@ -409,7 +414,7 @@ func TestLifecycleVerbs(t *testing.T) {
 	require.Equal(t, id, c.SandboxID)
 	resp, _ = g.call("POST", "/v2/sandboxes/"+id+"/connect", map[string]any{}, &c)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "already running")
-	status, out, _ := g.run(id, "tok-1", "echo back")
+	status, out, _ := g.run(id, fakeToken(1), "echo back")
 	require.Equal(t, 200, status)
 	require.Equal(t, "back\n", out)
 
@@ -443,8 +448,7 @@ func TestLifecycleVerbs(t *testing.T) {
 
 	var tpls []templateJSON
 	g.call("GET", "/templates", nil, &tpls)
-	require.Len(t, tpls, 0, "nothing published yet and no pool lister")
-	g.f.publishAll()
+	require.Len(t, tpls, 1, "the fleet's advertised pools, warm or drained")
 	g.call("GET", "/v2/templates", nil, &tpls)
 	require.Len(t, tpls, 1)
 	require.Equal(t, "rt", tpls[0].TemplateID)
@@ -455,7 +459,7 @@ func TestLifecycleVerbs(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	resp, _ = g.call("GET", "/sandboxes/"+id, nil, nil)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	status, _, _ = g.run(id, "tok-1", "true")
+	status, _, _ = g.run(id, fakeToken(1), "true")
 	require.Equal(t, http.StatusBadGateway, status, "a killed sandbox is 502 at once")
 	for _, p := range []string{"/timeout", "/pause", "/fork", "/snapshots"} {
 		resp, _ = g.call("POST", "/sandboxes/"+id+p, map[string]any{"timeout": 1}, nil)
@@ -473,9 +477,9 @@ func TestOtherNamespacesAreInvisible(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 }
 
-func mustByID(t *testing.T, f *fakeFleet, id string) claim.Located {
+func mustByID(t *testing.T, f *fakeFleet, id string) nodeapi.Sandbox {
 	t.Helper()
-	l, err := f.ByID(t.Context(), id)
+	l, err := f.LiveByID(t.Context(), id)
 	require.NoError(t, err)
 	return l
 }

@@ -8,38 +8,51 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hearthvm/hearth/claim"
-	"github.com/hearthvm/hearth/e2b/envd"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
-	"github.com/hearthvm/hearth/vmm"
 )
 
-// fakeFleet is a claim.Fleet for gateway tests: one fake node whose
+// fakeFleet is the gateway's Fleet for tests: one fake node whose
 // sandboxes are REAL agents (envd handlers on loopback), so the data plane
-// is exercised end to end. List shows only "published" sandboxes, like the
-// NodeInventory view.
+// is exercised end to end. Like fleet.NodeFleet, List shows every claim at
+// once (published or in the claim-time index), without tokens.
 type fakeFleet struct {
 	t testing.TB
 
 	mu        sync.Mutex
 	warm      map[pool.Key]int
 	sandboxes map[string]*fakeSandbox
-	cps       []node.Checkpoint
+	snaps     []nodeapi.Snapshot
 	seq       int
-	claims    []claim.Request
+	claims    []fleet.Request
 	renews    []int64
-	publishAt bool // when true, claims are published at once
+	lookups   int // LiveByID and List calls: what reaches the nodes
+	snapLists int // Snapshots calls (a fan-out to every node)
+	// claimedAt, when set, is the n-th sandbox's claim time.
+	claimedAt func(n int) time.Time
+	// onClaim, when set, runs (unlocked) before a claim delivers.
+	onClaim func(ctx context.Context)
+}
+
+// fakeToken is the fake's n-th sandbox token (well-formed, like a node's).
+func fakeToken(n int) string { return fmt.Sprintf("tok-%d-0123456789abcdef", n) }
+
+func (f *fakeFleet) lookupCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lookups
 }
 
 type fakeSandbox struct {
-	loc     claim.Located
-	srv     *httptest.Server
-	publish bool
+	loc nodeapi.Sandbox
+	srv *httptest.Server
 }
 
 func newFakeFleet(t testing.TB) *fakeFleet {
@@ -61,20 +74,11 @@ func (f *fakeFleet) addWarm(template string, n int) {
 	f.mu.Unlock()
 }
 
-// publishAll marks every sandbox published (as an inventory publish would).
-func (f *fakeFleet) publishAll() {
-	f.mu.Lock()
-	for _, s := range f.sandboxes {
-		s.publish = true
-	}
-	f.mu.Unlock()
-}
-
 func (f *fakeFleet) newSandbox(key pool.Key, ttl int64, ref string, env, md map[string]string) (*fakeSandbox, error) {
 	f.seq++
 	id := fmt.Sprintf("sb_%04d", f.seq)
-	token := fmt.Sprintf("tok-%d", f.seq)
-	srv := httptest.NewServer(envd.NewHandler(envd.Options{Token: token, Root: f.t.TempDir()}))
+	token := fakeToken(f.seq)
+	srv := httptest.NewServer(agent.NewHandler(agent.Options{Token: token, Root: f.t.TempDir()}))
 	if len(env) > 0 {
 		b, _ := json.Marshal(map[string]any{"envVars": env})
 		req, _ := http.NewRequest("POST", srv.URL+"/init", bytes.NewReader(b))
@@ -89,83 +93,84 @@ func (f *fakeFleet) newSandbox(key pool.Key, ttl int64, ref string, env, md map[
 		ttl = 300
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	s := &fakeSandbox{srv: srv, publish: f.publishAt, loc: claim.Located{
-		Sandbox: node.Sandbox{ID: id, Template: key.Template, Net: key.Net, Size: key.Size, ClaimRef: ref,
-			Addr: srv.Listener.Addr().String(), Deadline: now.Add(time.Duration(ttl) * time.Second),
-			ClaimedAt: now.Add(time.Duration(f.seq) * time.Millisecond), Metadata: md, Token: token, Node: "node-a"},
+	claimed := now.Add(time.Duration(f.seq) * time.Millisecond)
+	if f.claimedAt != nil {
+		claimed = f.claimedAt(f.seq)
+	}
+	s := &fakeSandbox{srv: srv, loc: nodeapi.Sandbox{
+		ID: id, Template: key.Template, Net: key.Net, Size: key.Size, ClaimRef: ref,
+		AgentAddr: srv.Listener.Addr().String(), Deadline: now.Add(time.Duration(ttl) * time.Second),
+		ClaimedAt: claimed, Metadata: md, Token: token,
 		Node: "node-a", NodeAddr: "127.0.0.1:1",
 	}}
 	f.sandboxes[id] = s
 	return s, nil
 }
 
-func delivery(s *fakeSandbox) claim.Delivery {
-	return claim.Delivery{ClaimResult: node.ClaimResult{ID: s.loc.ID, Token: s.loc.Token, Deadline: s.loc.Deadline,
-		OwnerAddr: s.loc.Addr, ClaimedAt: s.loc.ClaimedAt, Node: "node-a", ClaimRef: s.loc.ClaimRef, Template: s.loc.Template},
-		Node: "node-a", NodeAddr: "127.0.0.1:1"}
-}
-
-func (f *fakeFleet) Claim(ctx context.Context, req claim.Request) (claim.Delivery, error) {
+func (f *fakeFleet) Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandbox, error) {
+	if f.onClaim != nil {
+		f.onClaim(ctx)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.claims = append(f.claims, req)
 	if f.warm[req.Key] == 0 {
-		return claim.Delivery{}, &claim.ErrNoWarmCapacity{Key: req.Key}
+		return nodeapi.Sandbox{}, &fleet.ErrNoWarmCapacity{Key: req.Key}
 	}
 	f.warm[req.Key]--
 	s, err := f.newSandbox(req.Key, req.TTLSeconds, req.Ref, req.Env, req.Metadata)
 	if err != nil {
-		return claim.Delivery{}, err
+		return nodeapi.Sandbox{}, err
 	}
-	return delivery(s), nil
+	s.loc.Lifecycle = req.Lifecycle
+	return s.loc, nil
 }
 
 func (f *fakeFleet) get(id string) (*fakeSandbox, error) {
 	s, ok := f.sandboxes[id]
 	if !ok {
-		return nil, claim.ErrNotFound
+		return nil, fleet.ErrNotFound
 	}
 	return s, nil
 }
 
-func (f *fakeFleet) ByRef(ctx context.Context, ref string) (claim.Located, error) {
+func (f *fakeFleet) LiveByID(ctx context.Context, id string) (nodeapi.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, s := range f.sandboxes {
-		if s.loc.ClaimRef == ref {
-			return s.loc, nil
-		}
-	}
-	return claim.Located{}, claim.ErrNotFound
-}
-
-func (f *fakeFleet) ByID(ctx context.Context, id string) (claim.Located, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.lookups++
 	s, err := f.get(id)
 	if err != nil {
-		return claim.Located{}, err
+		return nodeapi.Sandbox{}, err
 	}
 	return s.loc, nil
 }
 
-// List is the published view: no metadata and no token, like inventory entries.
-func (f *fakeFleet) List(ctx context.Context) ([]claim.Located, error) {
+// List is every sandbox, without tokens.
+func (f *fakeFleet) List(ctx context.Context) ([]nodeapi.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []claim.Located
+	f.lookups++
+	var out []nodeapi.Sandbox
 	for _, s := range f.sandboxes {
-		if s.publish {
-			l := s.loc
-			l.Metadata, l.Token = nil, ""
-			out = append(out, l)
-		}
+		l := s.loc
+		l.Token = ""
+		out = append(out, l)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
 
-func (f *fakeFleet) Release(ctx context.Context, l claim.Located) error {
+func (f *fakeFleet) Pools(ctx context.Context) ([]nodeapi.PoolInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []nodeapi.PoolInfo
+	for k, n := range f.warm {
+		out = append(out, nodeapi.PoolInfo{Template: k.Template, Net: k.Net, Size: k.Size, Warm: int32(n)})
+	}
+	return out, nil
+}
+
+func (f *fakeFleet) Release(ctx context.Context, l nodeapi.Sandbox) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, err := f.get(l.ID)
@@ -177,74 +182,82 @@ func (f *fakeFleet) Release(ctx context.Context, l claim.Located) error {
 	return nil
 }
 
-func (f *fakeFleet) setHibernated(id string, h bool) error {
+func (f *fakeFleet) setPaused(id string, p bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, err := f.get(id)
 	if err != nil {
 		return err
 	}
-	s.loc.Hibernated = h
+	s.loc.Paused = p
 	return nil
 }
 
-func (f *fakeFleet) Hibernate(ctx context.Context, l claim.Located) error {
-	return f.setHibernated(l.ID, true)
+func (f *fakeFleet) Pause(ctx context.Context, l nodeapi.Sandbox) error {
+	return f.setPaused(l.ID, true)
 }
-func (f *fakeFleet) Wake(ctx context.Context, l claim.Located) error {
-	return f.setHibernated(l.ID, false)
+func (f *fakeFleet) PauseWithoutMemory(ctx context.Context, l nodeapi.Sandbox) error {
+	return f.setPaused(l.ID, true)
+}
+func (f *fakeFleet) Resume(ctx context.Context, l nodeapi.Sandbox) error {
+	return f.setPaused(l.ID, false)
 }
 
-func (f *fakeFleet) Fork(ctx context.Context, l claim.Located, count int, ttl int64) ([]claim.Delivery, error) {
+func (f *fakeFleet) Fork(ctx context.Context, l nodeapi.Sandbox, count int, ttl int64) ([]nodeapi.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p, err := f.get(l.ID)
 	if err != nil {
 		return nil, err
 	}
-	var out []claim.Delivery
+	var out []nodeapi.Sandbox
 	for i := 0; i < count; i++ {
 		k := pool.Key{Template: p.loc.Template, Net: p.loc.Net, Size: p.loc.Size}
-		c, err := f.newSandbox(k, ttl, "", nil, nil)
+		c, err := f.newSandbox(k, ttl, "", nil, p.loc.Metadata)
 		if err != nil {
 			return nil, err
 		}
-		c.loc.ClaimRef = "default/" + c.loc.ID
-		out = append(out, delivery(c))
+		ns, _, _ := strings.Cut(p.loc.ClaimRef, "/")
+		c.loc.ClaimRef = ns + "/" + c.loc.ID
+		out = append(out, c.loc)
 	}
 	return out, nil
 }
 
-func (f *fakeFleet) Checkpoint(ctx context.Context, l claim.Located, name string) (node.Checkpoint, error) {
+func (f *fakeFleet) Snapshot(ctx context.Context, l nodeapi.Sandbox, name string) (nodeapi.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, err := f.get(l.ID); err != nil {
-		return node.Checkpoint{}, err
+	p, err := f.get(l.ID)
+	if err != nil {
+		return nodeapi.Snapshot{}, err
 	}
-	c := node.Checkpoint{ID: fmt.Sprintf("cp_%d", len(f.cps)+1), Name: name, SandboxID: l.ID, CreatedAt: time.Now()}
-	f.cps = append(f.cps, c)
+	ns, _, _ := strings.Cut(p.loc.ClaimRef, "/")
+	c := nodeapi.Snapshot{ID: fmt.Sprintf("sn_%d", len(f.snaps)+1), Name: name, SandboxID: l.ID, CreatedAt: time.Now(),
+		Key: p.loc.Key(), Node: "node-a", Namespace: ns}
+	f.snaps = append(f.snaps, c)
 	return c, nil
 }
 
-func (f *fakeFleet) Checkpoints(ctx context.Context) ([]node.Checkpoint, error) {
+func (f *fakeFleet) Snapshots(ctx context.Context) ([]nodeapi.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]node.Checkpoint(nil), f.cps...), nil
+	f.snapLists++
+	return append([]nodeapi.Snapshot(nil), f.snaps...), nil
 }
 
-func (f *fakeFleet) DeleteCheckpoint(ctx context.Context, id string) error {
+func (f *fakeFleet) DeleteSnapshot(ctx context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for i, c := range f.cps {
+	for i, c := range f.snaps {
 		if c.ID == id {
-			f.cps = append(f.cps[:i], f.cps[i+1:]...)
+			f.snaps = append(f.snaps[:i], f.snaps[i+1:]...)
 			return nil
 		}
 	}
-	return claim.ErrNotFound
+	return fleet.ErrNotFound
 }
 
-func (f *fakeFleet) Renew(ctx context.Context, l claim.Located, ttl int64) (time.Time, error) {
+func (f *fakeFleet) Renew(ctx context.Context, l nodeapi.Sandbox, ttl int64) (time.Time, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, err := f.get(l.ID)
@@ -256,14 +269,30 @@ func (f *fakeFleet) Renew(ctx context.Context, l claim.Located, ttl int64) (time
 	return s.loc.Deadline, nil
 }
 
-func (f *fakeFleet) Stats(ctx context.Context, l claim.Located) (node.Stats, error) {
+func (f *fakeFleet) Stats(ctx context.Context, l nodeapi.Sandbox) (nodeapi.Stats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, err := f.get(l.ID)
 	if err != nil {
-		return node.Stats{}, err
+		return nodeapi.Stats{}, err
 	}
-	return node.Stats{ID: l.ID, Hibernated: s.loc.Hibernated, Stats: vmm.Stats{CPUCount: 1, MemTotalBytes: 2 << 30, MemUsedBytes: 1 << 20}}, nil
+	return nodeapi.Stats{ID: l.ID, Paused: s.loc.Paused, CPUCount: 1, MemTotalBytes: 2 << 30, MemUsedBytes: 1 << 20}, nil
 }
 
-var _ claim.Fleet = (*fakeFleet)(nil)
+func (f *fakeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.snaps {
+		if c.ID == snap.ID {
+			f.claims = append(f.claims, req)
+			s, err := f.newSandbox(c.Key, req.TTLSeconds, req.Ref, req.Env, req.Metadata)
+			if err != nil {
+				return nodeapi.Sandbox{}, err
+			}
+			return s.loc, nil
+		}
+	}
+	return nodeapi.Sandbox{}, fleet.ErrNotFound
+}
+
+var _ Fleet = (*fakeFleet)(nil)

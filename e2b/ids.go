@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"sort"
 	"strconv"
@@ -61,6 +62,33 @@ func idCandidates(given string) []string {
 	return out
 }
 
+// HostRoute parses e2b's sandbox host "<port>-<sandboxId>.<domain>" (an
+// optional ":port" of the listener ignored, case-insensitive). ok is false
+// for any other host, and always when domain is empty.
+func HostRoute(host, domain string) (id, port string, ok bool) {
+	if domain == "" {
+		return "", "", false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(host)
+	label, ok := strings.CutSuffix(host, "."+strings.ToLower(domain))
+	if !ok || strings.Contains(label, ".") {
+		return "", "", false
+	}
+	port, id, ok = strings.Cut(label, "-")
+	if !ok || id == "" || port == "" || len(port) > 5 {
+		return "", "", false
+	}
+	for i := 0; i < len(port); i++ {
+		if port[i] < '0' || port[i] > '9' {
+			return "", "", false
+		}
+	}
+	return id, port, true
+}
+
 // DecodeMetadataQuery decodes the list endpoint's metadata filter. The SDK
 // encodes each key and value with encodeURIComponent, joins them as a query
 // string (escaping again) and sends that as one query value; value is that
@@ -106,14 +134,16 @@ type listItem struct {
 
 // listQuery is a decoded list request.
 type listQuery struct {
-	States        map[string]bool // nil = running and paused
-	Metadata      map[string]string
-	Template      string
-	StartedAfter  time.Time
-	Ascending     bool
-	Limit         int
-	NextToken     string
-	hasStartAfter bool
+	States   map[string]bool // nil = running and paused
+	Metadata map[string]string
+	Template string
+	// StartedAfter and StartedBefore bound the start time, both inclusive
+	// (like e2b), at the millisecond precision startedAt is served with;
+	// zero is unbounded.
+	StartedAfter, StartedBefore time.Time
+	Ascending                   bool
+	Limit                       int
+	NextToken                   string
 }
 
 const (
@@ -141,12 +171,20 @@ func parseListQuery(q url.Values) (listQuery, error) {
 	}
 	lq.Metadata = md
 	lq.Template = q.Get("template")
-	if s := q.Get("startedAfter"); s != "" {
-		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return lq, fmt.Errorf("startedAfter %q is not an RFC3339 time", s)
+	for _, b := range []struct {
+		name string
+		to   *time.Time
+	}{{"startedAfter", &lq.StartedAfter}, {"startedBefore", &lq.StartedBefore}} {
+		if s := q.Get(b.name); s != "" {
+			t, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return lq, fmt.Errorf("%s %q is not an RFC3339 time", b.name, s)
+			}
+			*b.to = t
 		}
-		lq.StartedAfter, lq.hasStartAfter = t, true
+	}
+	if !lq.StartedAfter.IsZero() && !lq.StartedBefore.IsZero() && lq.StartedBefore.Before(lq.StartedAfter) {
+		return lq, fmt.Errorf("startedBefore %s is before startedAfter %s", q.Get("startedBefore"), q.Get("startedAfter"))
 	}
 	switch o := q.Get("order"); o {
 	case "", "desc":
@@ -186,7 +224,11 @@ func (q listQuery) keep(it listItem) bool {
 	if q.Template != "" && it.Template != q.Template {
 		return false
 	}
-	if q.hasStartAfter && !it.StartedAt.After(q.StartedAfter) {
+	at := it.StartedAt.Truncate(time.Millisecond)
+	if !q.StartedAfter.IsZero() && at.Before(q.StartedAfter) {
+		return false
+	}
+	if !q.StartedBefore.IsZero() && at.After(q.StartedBefore) {
 		return false
 	}
 	return true
@@ -206,7 +248,8 @@ func parseToken(t string) (int64, string, error) {
 	return n, id, nil
 }
 
-// before orders items: by start time, then id (ascending).
+// before orders items: by start time (full precision), then id, ascending;
+// the id makes it total, so equal start times never tie.
 func before(an int64, aid string, bn int64, bid string) bool {
 	if an != bn {
 		return an < bn
@@ -227,7 +270,7 @@ func pageList(items []listItem, q listQuery) (page []listItem, next string) {
 	less := func(a, b listItem) bool {
 		return before(a.StartedAt.UnixNano(), a.ID, b.StartedAt.UnixNano(), b.ID)
 	}
-	sort.Slice(kept, func(i, j int) bool {
+	sort.SliceStable(kept, func(i, j int) bool {
 		if q.Ascending {
 			return less(kept[i], kept[j])
 		}

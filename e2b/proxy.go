@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,14 +13,19 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hearthvm/hearth/claim"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/fleet"
 )
 
 // Data plane: envd requests (E2b-Sandbox-Id, E2b-Sandbox-Port) are
-// reverse-proxied, streaming, to the sandbox's agent after the sandbox
-// token (X-Access-Token) is checked. An unknown, killed or paused sandbox
-// answers 502, which the SDK reads as "not running".
+// reverse-proxied, streaming, to the sandbox's agent — requests for
+// another port through the agent's forward to that guest port — after the sandbox
+// token (X-Access-Token) is checked: first its form, before any lookup
+// (ServeHTTP), then its value against the sandbox's, always; a signed file
+// URL (agent.VerifyFileSignature) stands in for the token on /files. An
+// unknown, killed or paused sandbox answers 502, which the SDK reads as
+// "not running" — a paused sandbox created with autoResume is resumed by
+// the request instead.
 
 // EnvdPort is the agent's port in e2b addressing.
 const EnvdPort = 49983
@@ -58,16 +64,22 @@ func (g *gateway) route(ctx context.Context, given string) (route, error) {
 	if err != nil {
 		return route{}, err
 	}
-	if s.Hibernated {
-		// The view may lag a wake; ask the node.
+	if s.Paused {
+		// The view may lag a resume; ask the node.
 		if paused, err := g.live(ctx, s); err != nil || paused {
-			return route{}, errPaused
+			if err != nil || !s.AutoResume {
+				return route{}, errPaused
+			}
+			// autoResume: the request itself resumes the sandbox.
+			if err := g.fleet.Resume(ctx, s); err != nil {
+				return route{}, fmt.Errorf("resuming the paused sandbox: %w", err)
+			}
 		}
 	}
-	if s.Addr == "" {
+	if s.AgentAddr == "" {
 		return route{}, errors.New("the sandbox has no agent address")
 	}
-	rt = route{id: s.ID, addr: s.Addr, token: s.Token, exp: now.Add(routeTTL)}
+	rt = route{id: s.ID, addr: s.AgentAddr, token: s.Token, exp: now.Add(routeTTL)}
 	g.mu.Lock()
 	g.routes[given] = rt
 	if len(g.routes) > 100000 { // bound the cache; entries are cheap to rebuild
@@ -85,22 +97,52 @@ var errPaused = errors.New("the sandbox is paused; connect to resume it")
 
 func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("E2b-Sandbox-Id")
-	if p := r.Header.Get("E2b-Sandbox-Port"); p != "" && p != strconv.Itoa(EnvdPort) {
-		writeError(w, http.StatusBadGateway, "sandbox %q: port %s is not served (only the agent port %d)", id, p, EnvdPort)
+	port, err := sandboxPort(r.Header.Get("E2b-Sandbox-Port"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "sandbox %q: %v", id, err)
 		return
 	}
 	rt, err := g.route(r.Context(), id)
 	if err != nil {
-		if errors.Is(err, claim.ErrNotFound) || node.StatusOf(err) == http.StatusNotFound {
+		if errors.Is(err, fleet.ErrNotFound) {
 			writeError(w, http.StatusBadGateway, "sandbox %q not found", id)
 			return
 		}
 		writeError(w, http.StatusBadGateway, "sandbox %q: %v", id, err)
 		return
 	}
-	if rt.token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Access-Token")), []byte(rt.token)) != 1 {
+	// Never skipped: a sandbox whose record carries no token is refused,
+	// not served open.
+	tok, traffic := r.Header.Get("X-Access-Token"), r.Header.Get(TrafficTokenHeader)
+	r.Header.Del(TrafficTokenHeader) // never passed on
+	if tok == "" && traffic != "" && port != EnvdPort {
+		// The traffic access token (TrafficToken) opens the sandbox's
+		// ports; the agent gets the sandbox token.
+		if rt.token == "" || subtle.ConstantTimeCompare([]byte(traffic), []byte(TrafficToken(rt.token))) != 1 {
+			writeError(w, http.StatusUnauthorized, "invalid %s for sandbox %q", TrafficTokenHeader, id)
+			return
+		}
+		r.Header.Set("X-Access-Token", rt.token)
+	} else if tok == "" && agent.HasFileSignature(r) {
+		// A signed file URL (Sandbox.downloadUrl / uploadUrl) stands in
+		// for the token; the agent checks it again.
+		if err := agent.VerifyFileSignature(r, rt.token, g.now()); err != nil {
+			status := http.StatusUnauthorized
+			if errors.Is(err, agent.ErrSignatureExpired) {
+				status = http.StatusForbidden
+			}
+			writeError(w, status, "sandbox %q: %v", id, err)
+			return
+		}
+	} else if rt.token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(rt.token)) != 1 {
 		writeError(w, http.StatusUnauthorized, "missing or invalid X-Access-Token for sandbox %q", id)
 		return
+	}
+	// Any other port than envd's is reached through the agent's forward
+	// (agent.ForwardPortHeader); a client never picks it directly.
+	r.Header.Del(agent.ForwardPortHeader)
+	if port != EnvdPort {
+		r.Header.Set(agent.ForwardPortHeader, strconv.Itoa(port))
 	}
 	// The agent answers a stream before the proxy has seen the end of the
 	// request body; without full duplex the server would discard and close
@@ -112,6 +154,18 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 	// full-duplex body drained by net/http after the handler races with the
 	// next request on the connection.
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+}
+
+// sandboxPort parses E2b-Sandbox-Port: empty is envd's port.
+func sandboxPort(v string) (int, error) {
+	if v == "" {
+		return EnvdPort, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("E2b-Sandbox-Port %.16q is not a port", v)
+	}
+	return n, nil
 }
 
 func (g *gateway) newProxy(tr http.RoundTripper) http.Handler {

@@ -39,7 +39,7 @@ func TestSDK(t *testing.T) {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"E2B_API_URL="+srv.URL, "E2B_SANDBOX_URL="+srv.URL, "E2B_API_KEY=hearth-sdk-key",
-		"HEARTH_E2B_TEMPLATE="+sdkTemplate, "E2B_DEBUG=")
+		"HEARTH_E2B_TEMPLATE="+sdkTemplate, "HEARTH_E2B_DOMAIN=hearth.local", "E2B_DEBUG=")
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test output:\n%s", out)
 	require.NoError(t, err, "the e2b SDK test failed")

@@ -11,10 +11,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hearthvm/hearth/claim"
+	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/internal/testagent"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/vmm/sim"
 )
 
@@ -22,9 +23,19 @@ func TestMain(m *testing.M) { testagent.Main(m) }
 
 // newNodeFleet returns the fleet the SDK acceptance test runs against: a real
 // in-process node (sim driver: every sandbox is a sandbox-agent process)
-// publishing into an in-memory view, and the real claim.NodeFleet over it.
-func newNodeFleet(t testing.TB) claim.Fleet {
-	const rootToken = "sdk-root-token"
+// publishing into an in-memory view, and the real fleet.NodeFleet over it.
+func newNodeFleet(t testing.TB) *fleet.NodeFleet {
+	return fleet.New(fleet.Config{View: newNodeView(t), Secret: sdkRootToken})
+}
+
+// sdkRootToken is the root token of newNodeView's node and the fleet
+// secret its own token derives from.
+const sdkRootToken = "sdk-root-token"
+
+// newNodeView runs the node newNodeFleet uses and returns its view; a
+// second fleet.New over it is a restarted gateway's fleet (empty index).
+func newNodeView(t testing.TB) inventory.Viewer {
+	const rootToken = sdkRootToken
 	simRoot := t.TempDir()
 	driver, err := sim.New(sim.Options{Root: simRoot, AgentCommand: []string{testagent.Path(t)}})
 	if err != nil {
@@ -36,10 +47,10 @@ func newNodeFleet(t testing.TB) claim.Fleet {
 	}
 	view := inventory.NewStatic()
 	n, err := node.New(node.Config{
-		Name: "sdk-node", AdvertiseAddress: ln.Addr().String(), RootToken: rootToken,
+		Name: "sdk-node", AdvertiseAddress: ln.Addr().String(), RootToken: rootToken, NodeToken: nodeapi.NodeToken(rootToken, "sdk-node"),
 		DataDir: t.TempDir(), Driver: driver,
-		InventoryInterval: time.Second, InventoryDebounce: 20 * time.Millisecond,
-		RefillInterval: 100 * time.Millisecond,
+		InventoryInterval: 100 * time.Millisecond,
+		RefillInterval:    100 * time.Millisecond, ReapInterval: 100 * time.Millisecond,
 		Publisher: inventory.PublisherFunc(func(_ context.Context, inv *inventory.NodeInventory) error {
 			view.Set(inv)
 			return nil
@@ -62,8 +73,8 @@ func newNodeFleet(t testing.TB) claim.Fleet {
 		_ = srv.Close()
 	})
 
-	nc := node.NewClient(ln.Addr().String(), rootToken)
-	if _, err := nc.PutPools(ctx, []node.PoolSpec{{Template: sdkTemplate, Warm: 3}}); err != nil {
+	nc := nodeapi.NewClient(ln.Addr().String(), rootToken)
+	if _, err := nc.PutPools(ctx, []nodeapi.PoolSpec{{Template: sdkTemplate, Warm: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	// Poll (with a deadline) until the view advertises warm capacity.
@@ -77,7 +88,7 @@ func newNodeFleet(t testing.TB) claim.Fleet {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return WithPools(claim.NewFleet(claim.FleetConfig{View: view, Token: rootToken}), view)
+	return view
 }
 
 func warm(v *inventory.View) int32 {
@@ -99,8 +110,8 @@ func TestRealNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots sandbox-agent processes")
 	}
-	fleet := newNodeFleet(t)
-	h, err := New(Config{Fleet: fleet, APIKeys: []string{apiKey}})
+	view := newNodeView(t)
+	h, err := New(Config{Fleet: fleet.New(fleet.Config{View: view, Secret: sdkRootToken}), APIKeys: []string{apiKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +150,43 @@ func TestRealNode(t *testing.T) {
 	status, out, exit = g.run(s.SandboxID, tok, "echo awake")
 	require.Equal(t, 200, status)
 	require.Equal(t, "awake\n", out, exit)
+
+	// Sandbox.create(<snapshot id>): a clone on the node holding it, in the namespace.
+	var snap snapshotJSON
+	resp, _ = g.call("POST", "/sandboxes/"+s.SandboxID+"/snapshots", map[string]any{"name": "golden"}, &snap)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	var snaps []snapshotJSON
+	g.call("GET", "/snapshots", nil, &snaps)
+	require.Equal(t, []snapshotJSON{snap}, snaps)
+	clone := g.create(map[string]any{"templateID": snap.SnapshotID})
+	require.NotNil(t, clone.EnvdAccessToken)
+	require.NotEqual(t, s.SandboxID, clone.SandboxID)
+	var d2 detailJSON
+	resp, _ = g.call("GET", "/sandboxes/"+clone.SandboxID, nil, &d2)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the clone is in the gateway's namespace")
+	status, out, exit = g.run(clone.SandboxID, *clone.EnvdAccessToken, "echo clone-up")
+	require.Equal(t, 200, status)
+	require.Equal(t, "clone-up\n", out, exit)
+	resp, _ = g.call("DELETE", "/sandboxes/"+clone.SandboxID, nil, nil)
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	resp, _ = g.call("DELETE", "/templates/"+snap.SnapshotID, nil, nil)
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+
+	// A restarted gateway (new fleet, empty index, nothing cached) connects
+	// with the sandbox's token from a live lookup.
+	h2, err := New(Config{Fleet: fleet.New(fleet.Config{View: view, Secret: sdkRootToken}), APIKeys: []string{apiKey}})
+	require.NoError(t, err)
+	srv2 := httptest.NewServer(h2)
+	defer srv2.Close()
+	g2 := &gw{t: t, url: srv2.URL}
+	var c sandboxJSON
+	resp, _ = g2.call("POST", "/v2/sandboxes/"+s.SandboxID+"/connect", map[string]any{}, &c)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NotNil(t, c.EnvdAccessToken)
+	require.Equal(t, tok, *c.EnvdAccessToken)
+	status, out, _ = g2.run(s.SandboxID, tok, "echo via-restarted")
+	require.Equal(t, 200, status)
+	require.Equal(t, "via-restarted\n", out)
 
 	resp, _ = g.call("DELETE", "/sandboxes/"+s.SandboxID, nil, nil)
 	require.Equal(t, http.StatusNoContent, resp.StatusCode)

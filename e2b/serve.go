@@ -7,9 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hearthvm/hearth/claim"
-	"github.com/hearthvm/hearth/inventory"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/internal/serve"
 )
 
 // Validate reports flag errors that need no I/O: no key file and no
@@ -24,27 +22,6 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// WithPools adds PoolLister to f from the published view, so GET /templates
-// lists every advertised pool, warm or not.
-func WithPools(f claim.Fleet, v inventory.Viewer) claim.Fleet {
-	return viewPools{Fleet: f, v: v}
-}
-
-type viewPools struct {
-	claim.Fleet
-	v inventory.Viewer
-}
-
-func (p viewPools) Pools(context.Context) ([]node.PoolInfo, error) {
-	var out []node.PoolInfo
-	for _, n := range p.v.View().Nodes() {
-		for _, pl := range n.Pools {
-			out = append(out, node.PoolInfo{Template: pl.Template, Net: pl.Net, Size: pl.Size, Warm: pl.Warm, Target: pl.Target})
-		}
-	}
-	return out, nil
-}
-
 // Serve serves h on addr until ctx ends, then shuts down gracefully (10 s).
 // ready, when not nil, receives the bound address.
 func Serve(ctx context.Context, addr string, h http.Handler, ready func(net.Addr)) error {
@@ -55,7 +32,20 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready func(net.Addr
 	if ready != nil {
 		ready(ln.Addr())
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	return ServeListener(ctx, ln, h)
+}
+
+// ServeOptions are the gateway's timeouts and connection cap: every
+// request gets serve.DefaultTimeouts' read and write deadlines; the data
+// plane (envd traffic) lifts them (serve.Unbound) once its token is checked,
+// and streams for as long as it lasts.
+var ServeOptions = serve.Options{Timeouts: serve.DefaultTimeouts}
+
+// ServeListener serves h on ln until ctx ends, then shuts down gracefully
+// (10 s). It closes ln. Clients are bounded by ServeOptions.
+func ServeListener(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := serve.NewServer(h, ServeOptions)
+	ln = serve.Listen(ln, ServeOptions)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -64,7 +54,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready func(net.Addr
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	err = srv.Serve(ln)
+	err := srv.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		<-done
 		return nil

@@ -61,7 +61,7 @@ func hearthBinaries(t *testing.T) (map[string]string, map[string]string) {
 			}
 			cmd := exec.Command("go", "build", "-o", filepath.Join(out, name), "./cmd/"+name)
 			cmd.Dir = repoRoot
-			cmd.Env = append(os.Environ(), "GOWORK=off")
+			cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0") // the sim backend runs sandbox-agent inside the template root: static
 			if b, err := cmd.CombinedOutput(); err != nil {
 				buildErrs[name] = fmt.Sprintf("go build ./cmd/%s: %v\n%s", name, err, b)
 				continue
@@ -117,6 +117,36 @@ func serviceAccountKubeconfig(t *testing.T, cp *cluster.ControlPlane, cs kuberne
 	return path
 }
 
+// podBoundKubeconfig mints a token for namespace/sa bound to a Pod on
+// nodeName, as kubelet mounts one: kube-apiserver puts the node's name
+// into the user's extra authentication.kubernetes.io/node-name. The Pod
+// (never run: there is no kubelet) lives until the test cluster stops.
+func podBoundKubeconfig(t *testing.T, cp *cluster.ControlPlane, cs kubernetes.Interface, namespace, sa, nodeName string) string {
+	t.Helper()
+	ctx := context.Background()
+	pod, err := cs.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: sa + "-" + nodeName},
+		Spec: corev1.PodSpec{ServiceAccountName: sa, NodeName: nodeName,
+			Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("pod for %s on %s: %v", sa, nodeName, err)
+	}
+	exp := int64(2 * 3600)
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: &exp,
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("pod-bound token for %s on %s: %v", sa, nodeName, err)
+	}
+	path := filepath.Join(cp.Dir, sa+"-"+nodeName+".kubeconfig")
+	if err := cp.WriteKubeconfig(path, tr.Status.Token); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // testNamespace creates a uniquely named namespace with a default
 // ServiceAccount (there is no controller-manager to create one, and the
 // ServiceAccount admission plugin requires it for Pods).
@@ -148,4 +178,31 @@ func dumpOnFailure(t *testing.T, procs ...*cluster.Proc) {
 			}
 		}
 	})
+}
+
+// startControlPlane starts etcd + kube-apiserver from bins in a new
+// directory named after prefix, kept (and logged) when t fails, and
+// stops them when t ends; it dumps their logs on failure.
+func startControlPlane(t *testing.T, bins, prefix string) *cluster.ControlPlane {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		} else {
+			t.Logf("e2e state kept in %s", dir)
+		}
+	})
+	start := time.Now()
+	cp, err := cluster.StartControlPlane(bins, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Stop)
+	dumpOnFailure(t, cp.Etcd, cp.APIServer)
+	t.Logf("etcd + kube-apiserver ready in %v", time.Since(start).Round(time.Millisecond))
+	return cp
 }

@@ -36,24 +36,25 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hearthvm/hearth/e2e/cluster"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/sandbox"
 	"github.com/hearthvm/hearth/webhook"
 )
 
 var (
-	sandboxesGVR      = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
-	inventoriesGVR    = schema.GroupVersionResource{Group: "sandbox.cocoonstack.io", Version: "v1beta1", Resource: "nodeinventories"}
-	warmPoolsGVR      = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxwarmpools"}
-	e2eImage          = "ghcr.io/hearthvm/e2e-python:3.12"
-	fleetToken        = "hearth-e2e-fleet-token"
-	apiServiceName    = "v1beta1.agents.x-k8s.io"
-	serviceNamespace  = "sandbox-system"
-	serviceName       = "sandbox-apiserver"
-	nodeNames         = []string{"node-a", "node-b"}
-	warmPerNode int32 = 3
+	sandboxesGVR           = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
+	inventoriesGVR         = schema.GroupVersionResource{Group: "sandbox.cocoonstack.io", Version: "v1beta1", Resource: "nodeinventories"}
+	warmPoolsGVR           = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxwarmpools"}
+	e2eImage               = "ghcr.io/hearthvm/e2e-python:3.12"
+	fleetToken             = "hearth-e2e-fleet-token"
+	apiServiceName         = "v1beta1.agents.x-k8s.io"
+	serviceNamespace       = "sandbox-system"
+	serviceName            = "sandbox-apiserver"
+	nodeNames              = []string{"node-a", "node-b"}
+	warmPerNode      int32 = 3
 )
 
 // env is the running world the subtests share.
@@ -62,11 +63,41 @@ type env struct {
 	cs    *kubernetes.Clientset
 	dyn   dynamic.Interface
 	nodes map[string]string // node name -> node API address
+	// nodeKC is each node's kubeconfig (its pod-bound sandboxd token).
+	nodeKC map[string]string
 	// apiPort is sandbox-apiserver's port (the ExternalName Service's too);
 	// podWebhook says it serves the pod-runtime webhook.
 	apiPort    int32
 	podWebhook bool
-	ns    string
+	ns         string
+	// gateway is sandbox-apiserver's e2b/router gateway URL.
+	gateway string
+
+	// The processes, for the fault-injection suite (fault_test.go): each
+	// node's sandboxd, its listen address (nodes holds the advertised one),
+	// and sandbox-apiserver.
+	nodeProcs  map[string]*cluster.Proc
+	nodeListen map[string]string
+	apiProc    *cluster.Proc
+	// advertise, when set, gives the address a node advertises (a proxy in
+	// front of its listen address); nil advertises the listen address.
+	advertise func(node, listen string) string
+	// warmPer is the warm microVMs per node the warm pool asks for; 0 is
+	// warmPerNode.
+	warmPer int32
+	// inventoryInterval is the nodes' --inventory-interval (default 1s).
+	inventoryInterval time.Duration
+	// apiKC is the sandbox-apiserver ServiceAccount's kubeconfig, minted
+	// once for every replica.
+	apiKC string
+}
+
+// warmPerNodeOf is the warm microVMs per node the warm-pool step asks for.
+func (e *env) warmPerNodeOf() int32 {
+	if e.warmPer > 0 {
+		return e.warmPer
+	}
+	return warmPerNode
 }
 
 func TestRealCluster(t *testing.T) {
@@ -77,25 +108,7 @@ func TestRealCluster(t *testing.T) {
 	// Make client-go informers use watch-list (sendInitialEvents) streams.
 	t.Setenv("KUBE_FEATURE_WatchListClient", "true")
 
-	dir, err := os.MkdirTemp("", "hearth-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			os.RemoveAll(dir)
-		} else {
-			t.Logf("e2e state kept in %s", dir)
-		}
-	})
-	start := time.Now()
-	cp, err := cluster.StartControlPlane(bins, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Stop)
-	dumpOnFailure(t, cp.Etcd, cp.APIServer)
-	t.Logf("etcd + kube-apiserver ready in %v", time.Since(start).Round(time.Millisecond))
+	cp := startControlPlane(t, bins, "hearth-e2e-")
 
 	e := &env{cp: cp, nodes: map[string]string{}}
 	e.cs = kubernetes.NewForConfigOrDie(cp.Config(cluster.AdminToken))
@@ -116,6 +129,7 @@ func TestRealCluster(t *testing.T) {
 	if !t.Run("node-inventory", e.nodeInventory) {
 		t.FailNow()
 	}
+	t.Run("node-inventory-own-only", e.nodeInventoryOwnOnly)
 	if bin["sandbox-apiserver"] == "" {
 		// Keep discovery clean for whoever looks at the cluster.
 		_ = e.cs.Discovery().RESTClient().Delete().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices/" + apiServiceName).Do(context.Background()).Error()
@@ -130,6 +144,7 @@ func TestRealCluster(t *testing.T) {
 	}{
 		{"discovery", e.discovery},
 		{"warm-pool", e.warmPool},
+		{"sandboxclaim-agent-sandbox-client-router", e.claimRouter},
 		{"kubectl-create-get-wait-delete", e.kubectlLifecycle},
 		{"lifecycle-subresources", e.subresources},
 		{"watch-list-informer", e.watchListInformer},
@@ -351,34 +366,103 @@ func mapsEqual(a, b map[string]string) bool {
 }
 
 // startNodes starts two sandboxd --vmm sim nodes publishing NodeInventory
-// with a token for the deploy/base sandboxd ServiceAccount.
+// as the deploy/base sandboxd ServiceAccount, each with a token bound to a
+// Pod on its node (as kubelet mounts one), and each holding only its own
+// node token, derived from the fleet secret by `sandboxd
+// --write-node-token` (the DaemonSet's init container).
 func (e *env) startNodes(t *testing.T, bin map[string]string) {
 	logs := filepath.Join(e.cp.Dir, "logs")
 	tokenFile := filepath.Join(e.cp.Dir, "fleet.token")
 	if err := os.WriteFile(tokenFile, []byte(fleetToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sandboxdKC := serviceAccountKubeconfig(t, e.cp, e.cs, serviceNamespace, "sandboxd")
+	e.nodeKC = map[string]string{}
+	e.nodeProcs, e.nodeListen = map[string]*cluster.Proc{}, map[string]string{}
 	for _, name := range nodeNames {
 		port, err := cluster.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := cluster.Addr(port)
+		listen := cluster.Addr(port)
+		addr := listen
+		if e.advertise != nil {
+			addr = e.advertise(name, listen)
+		}
+		nodeTokenFile := filepath.Join(e.cp.Dir, name+".node-token")
+		if out, err := exec.Command(bin["sandboxd"], "--node-name="+name, "--fleet-secret-file="+tokenFile,
+			"--write-node-token="+nodeTokenFile).CombinedOutput(); err != nil {
+			t.Fatalf("sandboxd --write-node-token: %v\n%s", err, out)
+		}
+		if b, _ := os.ReadFile(nodeTokenFile); strings.TrimSpace(string(b)) != nodeapi.NodeToken(fleetToken, name) {
+			t.Fatalf("sandboxd --write-node-token wrote %q", b)
+		}
+		kc := podBoundKubeconfig(t, e.cp, e.cs, serviceNamespace, "sandboxd", name)
+		e.nodeKC[name] = kc
+		interval := e.inventoryInterval
+		if interval == 0 {
+			interval = time.Second
+		}
 		p, err := cluster.Start(name, logs, bin["sandboxd"], []string{
-			"--node-name=" + name, "--listen=" + addr, "--advertise-address=" + addr,
-			"--token-file=" + tokenFile, "--data-dir=" + filepath.Join(e.cp.Dir, name),
-			"--vmm=sim", "--kubeconfig=" + sandboxdKC, "--inventory-interval=1s",
+			"--node-name=" + name, "--listen=" + listen, "--advertise-address=" + addr,
+			"--node-token-file=" + nodeTokenFile, "--data-dir=" + filepath.Join(e.cp.Dir, name),
+			"--vmm=sim", "--kubeconfig=" + kc, "--inventory-interval=" + interval.String(),
+			"--vmm-opt=image_cache=", // the busybox root: e2eImage is a name, not a pullable image
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Stop(15 * time.Second) })
 		dumpOnFailure(t, p)
-		if err := cluster.Poll(p, 60*time.Second, 100*time.Millisecond, httpGetOK("http://"+addr+"/healthz")); err != nil {
+		if err := cluster.Poll(p, 60*time.Second, 100*time.Millisecond, httpGetOK("http://"+listen+"/healthz")); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		e.nodes[name] = addr
+		e.nodeProcs[name], e.nodeListen[name] = p, listen
+	}
+}
+
+// nodeInventoryOwnOnly: the ValidatingAdmissionPolicy of deploy/base lets
+// a sandboxd write only its own node's NodeInventory, and a sandboxd
+// token not bound to a pod on a node writes none; each node refuses
+// another node's token.
+func (e *env) nodeInventoryOwnOnly(t *testing.T) {
+	ctx := context.Background()
+	a, b := nodeNames[0], nodeNames[1]
+	apply := func(kubeconfig, name string) error {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "sandbox.cocoonstack.io/v1beta1", "kind": "NodeInventory",
+			"metadata": map[string]any{"name": name}, "node": name, "address": "127.0.0.1:1",
+		}}
+		_, err = dynamic.NewForConfigOrDie(cfg).Resource(inventoriesGVR).Apply(ctx, name, obj,
+			metav1.ApplyOptions{FieldManager: "e2e-intruder", Force: true, DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	for _, c := range []struct{ who, kubeconfig, target string }{
+		{a, e.nodeKC[a], b},
+		{a, e.nodeKC[a], "node-nobody"},
+		{"an unbound sandboxd token", serviceAccountKubeconfig(t, e.cp, e.cs, serviceNamespace, "sandboxd"), a},
+	} {
+		err := apply(c.kubeconfig, c.target)
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+			t.Errorf("%s writing NodeInventory %s: %v, want denied by the admission policy", c.who, c.target, err)
+		} else if !strings.Contains(err.Error(), "hearth-sandboxd-own-nodeinventory") && !strings.Contains(err.Error(), "only its own") {
+			t.Errorf("%s writing %s: denied, but not by the policy: %v", c.who, c.target, err)
+		} else {
+			t.Logf("%s writing %s: %v", c.who, c.target, err)
+		}
+	}
+	if err := apply(e.nodeKC[a], a); err != nil {
+		t.Errorf("%s writing its own NodeInventory: %v", a, err)
+	}
+	if _, err := nodeapi.NewClient(e.nodes[a], nodeapi.NodeToken(fleetToken, b)).Info(ctx); nodeapi.StatusOf(err) != http.StatusUnauthorized {
+		t.Errorf("%s with %s's token: %v, want 401", a, b, err)
+	}
+	if _, err := nodeapi.NewClient(e.nodes[a], fleetToken).Info(ctx); nodeapi.StatusOf(err) != http.StatusUnauthorized {
+		t.Errorf("%s with the fleet secret: %v, want 401 (sandboxd holds only its own token)", a, err)
 	}
 }
 
@@ -386,39 +470,18 @@ func (e *env) startNodes(t *testing.T, bin map[string]string) {
 // ServiceAccount, registers it and waits until the APIService is Available.
 func (e *env) startAPIServer(t *testing.T, bin map[string]string) {
 	ctx := context.Background()
-	logs := filepath.Join(e.cp.Dir, "logs")
-	tokenFile := filepath.Join(e.cp.Dir, "fleet.token")
-	port, err := cluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	svcHost := serviceName + "." + serviceNamespace + ".svc"
-	pair, err := e.cp.CA.Serving(serviceName, svcHost, "localhost", "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, key, err := pair.Write(filepath.Join(e.cp.Dir, "pki"), serviceName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiKC := serviceAccountKubeconfig(t, e.cp, e.cs, serviceNamespace, serviceName)
-	args := []string{
-		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
-		"--tls-cert-file=" + crt, "--tls-private-key-file=" + key,
-		"--kubeconfig=" + apiKC, "--authentication-kubeconfig=" + apiKC, "--authorization-kubeconfig=" + apiKC,
-		"--sandboxd-token-file=" + tokenFile,
-	}
+	var args []string
 	help, _ := exec.Command(bin["sandbox-apiserver"], "--help").CombinedOutput()
 	if e.podWebhook = strings.Contains(string(help), "--enable-pod-runtime-webhook"); e.podWebhook {
 		args = append(args, "--enable-pod-runtime-webhook")
 	}
-	e.apiPort = int32(port)
-	p, err := cluster.Start(serviceName, logs, bin["sandbox-apiserver"], args)
-	if err != nil {
-		t.Fatal(err)
+	if gwPort, err := cluster.FreePort(); err == nil {
+		e.gateway = fmt.Sprintf("http://127.0.0.1:%d", gwPort)
+		args = append(args, "--enable-e2b-api", fmt.Sprintf("--e2b-bind-address=127.0.0.1:%d", gwPort), "--e2b-allow-anonymous")
 	}
-	t.Cleanup(func() { p.Stop(15 * time.Second) })
-	dumpOnFailure(t, p)
+	port, p := e.startAPIReplica(t, bin, serviceName, args...)
+	e.apiPort = int32(port)
+	e.apiProc = p
 
 	// Loopback registration: ExternalName Service + APIService port/caBundle.
 	if err := e.cs.CoreV1().Services(serviceNamespace).Delete(ctx, serviceName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -435,7 +498,7 @@ func (e *env) startAPIServer(t *testing.T, bin map[string]string) {
 		b64(e.cp.CA.CertPEM), serviceNamespace, serviceName, port)
 	mustKubectl(t, e.cp.Admin, "", "patch", "apiservice", apiServiceName, "--type=merge", "-p", patch)
 	start := time.Now()
-	err = cluster.Poll(p, 90*time.Second, 200*time.Millisecond, func() (bool, error) {
+	err := cluster.Poll(p, 90*time.Second, 200*time.Millisecond, func() (bool, error) {
 		out, err := kubectl(ctx, e.cp.Admin, "", "get", "apiservice", apiServiceName,
 			`-o=jsonpath={.status.conditions[?(@.type=="Available")].status} {.status.conditions[?(@.type=="Available")].message}`)
 		if err != nil {
@@ -447,6 +510,47 @@ func (e *env) startAPIServer(t *testing.T, bin map[string]string) {
 		t.Fatalf("APIService %s not Available: %v", apiServiceName, err)
 	}
 	t.Logf("APIService Available %v after sandbox-apiserver start", time.Since(start).Round(time.Millisecond))
+}
+
+// startAPIReplica starts one sandbox-apiserver process named name (its
+// log and serving certificate are named after it) with a token for the
+// deploy/base ServiceAccount for delegated authn/authz and NodeInventory
+// reads, plus extra flags, and returns its secure port. It registers
+// nothing: startAPIServer puts the first replica behind the APIService; a
+// second one is reached directly (see replicaConfig).
+func (e *env) startAPIReplica(t *testing.T, bin map[string]string, name string, extra ...string) (int, *cluster.Proc) {
+	logs := filepath.Join(e.cp.Dir, "logs")
+	tokenFile := filepath.Join(e.cp.Dir, "fleet.token")
+	port, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcHost := serviceName + "." + serviceNamespace + ".svc"
+	pair, err := e.cp.CA.Serving(serviceName, svcHost, "localhost", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key, err := pair.Write(filepath.Join(e.cp.Dir, "pki"), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.apiKC == "" {
+		e.apiKC = serviceAccountKubeconfig(t, e.cp, e.cs, serviceNamespace, serviceName)
+	}
+	apiKC := e.apiKC
+	args := append([]string{
+		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
+		"--tls-cert-file=" + crt, "--tls-private-key-file=" + key,
+		"--kubeconfig=" + apiKC, "--authentication-kubeconfig=" + apiKC, "--authorization-kubeconfig=" + apiKC,
+		"--sandboxd-token-file=" + tokenFile,
+	}, extra...)
+	p, err := cluster.Start(name, logs, bin["sandbox-apiserver"], args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(15 * time.Second) })
+	dumpOnFailure(t, p)
+	return port, p
 }
 
 func httpGetOK(url string) func() (bool, error) {
@@ -472,12 +576,12 @@ func (e *env) discovery(t *testing.T) {
 	if line == "" {
 		t.Fatalf("sandboxes not in kubectl api-resources:\n%s", out)
 	}
-	for _, want := range []string{"agents.x-k8s.io/v1beta1", "true", "Sandbox", "create", "delete", "get", "list", "watch"} {
+	for _, want := range []string{"agents.x-k8s.io/v1beta1", "true", "Sandbox", "create", "delete", "get", "list", "watch", "update", "patch"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("api-resources line %q lacks %q", line, want)
 		}
 	}
-	for _, notServed := range []string{"update", "patch", "deletecollection"} {
+	for _, notServed := range []string{"deletecollection"} {
 		if strings.Contains(line, notServed) {
 			t.Errorf("api-resources line %q advertises %q", line, notServed)
 		}
@@ -547,7 +651,7 @@ spec:
   replicas: 1
   sandboxTemplateRef: {name: python}
 `, e.ns, e2eImage), "apply", "-f", "-")
-	want := int64(warmPerNode) * int64(len(nodeNames))
+	want := int64(e.warmPerNodeOf()) * int64(len(nodeNames))
 	mustKubectl(t, e.cp.Admin, "", "-n", e.ns, "patch", "sandboxwarmpool", "python", "--type=merge",
 		"-p", fmt.Sprintf(`{"spec":{"replicas":%d}}`, want))
 
@@ -561,8 +665,8 @@ spec:
 	if !driven {
 		t.Logf("NOTE: no warm-pool driver acted on the SandboxWarmPool within 30s; setting node targets with PUT /v1/pools")
 		for name, addr := range e.nodes {
-			c := node.NewClient(addr, fleetToken)
-			if _, err := c.PutPools(context.Background(), []node.PoolSpec{{Template: e2eImage, Net: sandbox.NetNone, Size: sandbox.SizeSmall, Warm: warmPerNode}}); err != nil {
+			c := nodeapi.NewClient(addr, nodeapi.NodeToken(fleetToken, name))
+			if _, err := c.PutPools(context.Background(), []nodeapi.PoolSpec{{Template: e2eImage, Net: sandbox.NetNone, Size: sandbox.SizeSmall, Warm: e.warmPerNodeOf()}}); err != nil {
 				t.Fatalf("PUT /v1/pools on %s: %v", name, err)
 			}
 		}
@@ -702,7 +806,7 @@ func (e *env) phase(t *testing.T, name string) string {
 func (e *env) subresources(t *testing.T) {
 	e.kubectlCreate(t, e.cp.Admin, "sb2")
 	e.raw(t, "sb2", "pause", `{"apiVersion":"agents.x-k8s.io/v1beta1","kind":"SandboxPauseOptions"}`)
-	if p := e.phase(t, "sb2"); p != sandbox.PhaseHibernated {
+	if p := e.phase(t, "sb2"); p != sandbox.PhasePaused {
 		t.Errorf("phase after pause = %q", p)
 	}
 	e.raw(t, "sb2", "resume", `{"apiVersion":"agents.x-k8s.io/v1beta1","kind":"SandboxResumeOptions"}`)

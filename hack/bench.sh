@@ -6,10 +6,36 @@
 #   hack/bench.sh                 # everything
 #   hack/bench.sh -quick          # a smoke run with small sizes
 #   hack/bench.sh apiclaim lookup # some benchmarks (see -list)
+#   hack/bench.sh live            # only the live fleet view's go test benchmarks
+#
+# With no arguments, the live fleet view's `go test` benchmarks (fleetview,
+# fleet, the node's change stream) follow hearthbench's tables.
 #
 # Output also goes to $OUT (default _output/bench.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# live_view runs the go test benchmarks beside the live view's code: the
+# 200 × 5k store (heap, one change, lookups, join/leave, resync, churn at
+# 1,000 changes/s with 10 watchers, claim → watcher end to end), the
+# router's nodes View, the fleet's lookups, and the node's stream diff.
+live_view() {
+  echo "## Live fleet view (go test benchmarks), $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo
+  echo '```'
+  go test -run XXX -bench . -benchtime 5x ./fleetview/ | grep -E '^(Benchmark|goos|cpu)'
+  go test -run XXX -bench 'ClaimToWatcher|Lookup|NodesView|ApplyOneChange' -benchtime 200x ./fleetview/ | grep -E '^Benchmark'
+  go test -run XXX -bench . -benchtime 200x ./fleet/ | grep -E '^Benchmark'
+  go test -run XXX -bench Hub_ -benchtime 200x ./node/ | grep -E '^Benchmark'
+  echo '```'
+  echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+if [ "${1:-}" = live ]; then
+  out="${OUT:-_output/bench-live.md}"
+  mkdir -p "$(dirname "$out")"
+  live_view | tee "$out"
+  exit 0
+fi
 bin="$(mktemp -d)"
 trap 'rm -rf "$bin"' EXIT
 out="${OUT:-_output/bench.md}"
@@ -17,9 +43,13 @@ mkdir -p "$(dirname "$out")"
 # The sim backend's guest agent sits next to the benchmark binary, where
 # vmm/sim.ResolveAgent finds it.
 go build -o "$bin/hearthbench" ./bench/hearthbench
-go build -o "$bin/sandbox-agent" ./cmd/sandbox-agent
+CGO_ENABLED=0 go build -o "$bin/sandbox-agent" ./cmd/sandbox-agent  # static: sim runs it inside the template rootfs
 {
   echo "# hearthbench run, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo
   "$bin/hearthbench" "$@" 2> >(grep --line-buffered '^#' >&2)
+  if [ $# -eq 0 ]; then
+    echo
+    live_view
+  fi
 } | tee "$out"

@@ -10,7 +10,7 @@ import (
 // diffed against itself is empty.
 func FuzzViewDiff(f *testing.F) {
 	f.Add([]byte(`{"node":"n1","address":"a:1","entries":[{"name":"ns/a","id":"sb_1","phase":"Running"},{"name":"ns/a","id":"sb_2"}]}`),
-		[]byte(`{"node":"n2","entries":[{"name":"b","id":"sb_1","phase":"Hibernated","deadline":"2026-01-01T00:00:00Z"}]}`))
+		[]byte(`{"node":"n2","entries":[{"name":"b","id":"sb_1","phase":"Paused","deadline":"2026-01-01T00:00:00Z"}]}`))
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		var x, y NodeInventory
 		if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {

@@ -14,7 +14,7 @@ func BenchmarkView_Next(b *testing.B) {
 			old := NewView(invs)
 			next := append([]*NodeInventory(nil), invs...)
 			next[0] = invs[0].DeepCopy()
-			next[0].Entries[0].Phase = "Hibernated"
+			next[0].Entries[0].Phase = "Paused"
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

@@ -64,23 +64,27 @@ type Pool struct {
 
 // Entry is one claimed sandbox.
 type Entry struct {
-	// Name is "<namespace>/<name>": the claim ref, or the claim id when the
-	// sandbox has no claim ref (a checkpoint branch).
+	// Name is "<namespace>/<name>": the claim ref, or "default/" and the
+	// claim id made DNS-safe when the sandbox has no claim ref (NameOf).
 	Name string `json:"name"`
 	// ID is the node-local claim id ("sb_…").
 	ID string `json:"id,omitempty"`
-	// Phase is Running or Hibernated.
+	// Phase is Running or Paused.
 	Phase string `json:"phase"`
 	// Template is the pool template (image reference) the sandbox came from.
 	Template string `json:"template,omitempty"`
 	// ClaimRef is "<namespace>/<name>" of the claim, if any.
 	ClaimRef string `json:"claimRef,omitempty"`
-	// Addr is the sandbox agent's host:port.
-	Addr string `json:"addr,omitempty"`
-	// Deadline is the granted lease expiry.
+	// AgentAddr is the sandbox agent's host:port.
+	AgentAddr string `json:"agentAddr,omitempty"`
+	// Deadline is the end of the sandbox's lease.
 	Deadline *metav1.Time `json:"deadline,omitempty"`
 	// ClaimedAt is when the node delivered the sandbox.
 	ClaimedAt *metav1.Time `json:"claimedAt,omitempty"`
+	// Labels and Annotations are the user's, as recorded with the claim
+	// (nodeapi.Object), so that lists and label selectors see them.
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // NodeInventoryList is a list of NodeInventory.

@@ -3,6 +3,7 @@ package inventory
 import (
 	"hash/maphash"
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -422,10 +423,30 @@ func Hash(node string, e *Entry) uint64 {
 	h = fnvString(h, e.Phase)
 	h = fnvString(h, e.Template)
 	h = fnvString(h, e.ClaimRef)
-	h = fnvString(h, e.Addr)
+	h = fnvString(h, e.AgentAddr)
 	h = fnvTime(h, e.Deadline)
 	h = fnvTime(h, e.ClaimedAt)
+	h = fnvMap(h, e.Labels)
+	h = fnvMap(h, e.Annotations)
 	return h
+}
+
+// fnvMap hashes m in key order; nil and empty hash alike.
+func fnvMap(h uint64, m map[string]string) uint64 {
+	if len(m) == 0 {
+		return fnvString(h, "")
+	}
+	var buf [8]string // a few labels hash without allocating
+	keys := buf[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		h = fnvString(h, k)
+		h = fnvString(h, m[k])
+	}
+	return fnvString(h, "")
 }
 
 const (

@@ -56,7 +56,7 @@ func TestView_IndexesByNameAndID(t *testing.T) {
 func TestHash_ChangesWithEveryField(t *testing.T) {
 	t0 := metav1.NewTime(time.Unix(1700000000, 0))
 	t1 := metav1.NewTime(time.Unix(1700000001, 0))
-	base := Entry{Name: "ns/a", ID: "sb_1", Phase: "Running", Template: "img", ClaimRef: "ns/a", Addr: "1.2.3.4:5", Deadline: &t0, ClaimedAt: &t0}
+	base := Entry{Name: "ns/a", ID: "sb_1", Phase: "Running", Template: "img", ClaimRef: "ns/a", AgentAddr: "1.2.3.4:5", Deadline: &t0, ClaimedAt: &t0}
 	h0 := Hash("n1", &base)
 	if h0 != Hash("n1", &base) {
 		t.Fatal("hash not deterministic")
@@ -64,10 +64,10 @@ func TestHash_ChangesWithEveryField(t *testing.T) {
 	muts := map[string]func(e *Entry){
 		"name":      func(e *Entry) { e.Name = "ns/b" },
 		"id":        func(e *Entry) { e.ID = "sb_2" },
-		"phase":     func(e *Entry) { e.Phase = "Hibernated" },
+		"phase":     func(e *Entry) { e.Phase = "Paused" },
 		"template":  func(e *Entry) { e.Template = "img2" },
 		"claimRef":  func(e *Entry) { e.ClaimRef = "" },
-		"addr":      func(e *Entry) { e.Addr = "1.2.3.4:6" },
+		"addr":      func(e *Entry) { e.AgentAddr = "1.2.3.4:6" },
 		"deadline":  func(e *Entry) { e.Deadline = &t1 },
 		"claimedAt": func(e *Entry) { e.ClaimedAt = nil },
 		"boundary":  func(e *Entry) { e.Name, e.ID = "ns/as", "b_1" },
@@ -87,7 +87,7 @@ func TestHash_ChangesWithEveryField(t *testing.T) {
 func TestDiff(t *testing.T) {
 	run := Entry{Name: "ns/a", ID: "sb_1", Phase: "Running"}
 	hib := run
-	hib.Phase = "Hibernated"
+	hib.Phase = "Paused"
 	other := Entry{Name: "ns/b", ID: "sb_2", Phase: "Running"}
 	dup := Entry{Name: "ns/a", ID: "sb_9", Phase: "Running"}
 	running := func(it Item) bool { return it.Entry.Phase == "Running" }
@@ -137,7 +137,7 @@ func fleet(nodes, perNode int) []*NodeInventory {
 		es := make([]Entry, perNode)
 		for i := range es {
 			name := fmt.Sprintf("ns%d/sandbox-%d-%d", i%7, n, i)
-			es[i] = Entry{Name: name, ID: fmt.Sprintf("sb_%08x%08x", n, i), Phase: "Running", Template: "ghcr.io/x/y:1", ClaimRef: name, Addr: "10.0.0.1:4000", Deadline: &ts, ClaimedAt: &ts}
+			es[i] = Entry{Name: name, ID: fmt.Sprintf("sb_%08x%08x", n, i), Phase: "Running", Template: "ghcr.io/x/y:1", ClaimRef: name, AgentAddr: "10.0.0.1:4000", Deadline: &ts, ClaimedAt: &ts}
 		}
 		out[n] = inv(fmt.Sprintf("node-%03d", n), "10.0.0.1:7000", es...)
 	}
@@ -236,5 +236,23 @@ func BenchmarkDiff(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestHash_LabelsInKeyOrderWithoutAllocating(t *testing.T) {
+	a := Entry{Name: "ns/a", Labels: map[string]string{"x": "1", "y": "2", "z": "3"}}
+	b := Entry{Name: "ns/a", Labels: map[string]string{"z": "3", "y": "2", "x": "1"}}
+	c := Entry{Name: "ns/a", Labels: map[string]string{"x": "1", "y": "2", "z": "4"}}
+	if Hash("n", &a) != Hash("n", &b) || Hash("n", &a) == Hash("n", &c) {
+		t.Fatal("label hashing depends on map order or ignores values")
+	}
+	if Hash("n", &Entry{Name: "ns/a", Labels: map[string]string{}}) != Hash("n", &Entry{Name: "ns/a"}) {
+		t.Fatal("empty and nil labels hash differently (a live read and a published entry would disagree)")
+	}
+	if Hash("n", &a) == Hash("n", &Entry{Name: "ns/a", Annotations: a.Labels}) {
+		t.Fatal("labels and annotations are not told apart")
+	}
+	if n := testing.AllocsPerRun(100, func() { Hash("n", &a) }); n != 0 {
+		t.Fatalf("Hash of an entry with 3 labels allocates %v times", n)
 	}
 }

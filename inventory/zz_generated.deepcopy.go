@@ -20,6 +20,20 @@ func (in *Entry) DeepCopyInto(out *Entry) {
 		in, out := &in.ClaimedAt, &out.ClaimedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.Labels != nil {
+		in, out := &in.Labels, &out.Labels
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
+	if in.Annotations != nil {
+		in, out := &in.Annotations, &out.Annotations
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	return
 }
 

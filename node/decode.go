@@ -9,8 +9,8 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
-	sbapi "github.com/hearthvm/hearth/sandbox"
 )
 
 // Request limits.
@@ -30,6 +30,8 @@ type claimInput struct {
 	ref      string
 	env      map[string]string
 	metadata map[string]string
+	object   nodeapi.Object
+	life     nodeapi.Lifecycle
 }
 
 func badRequest(format string, args ...any) error {
@@ -55,8 +57,8 @@ func decodeBody(b []byte, v any, allowEmpty bool) error {
 	return nil
 }
 
-// normalizeKey validates and normalizes the pool axes: net "" → none,
-// size "" → small.
+// normalizeKey validates the template and normalizes the pool axes
+// (pool.Key.Normalize).
 func normalizeKey(template, net, size string) (pool.Key, error) {
 	if template == "" {
 		return pool.Key{}, badRequest("template is required")
@@ -64,18 +66,11 @@ func normalizeKey(template, net, size string) (pool.Key, error) {
 	if len(template) > maxTemplateLen || strings.IndexFunc(template, unicode.IsControl) >= 0 {
 		return pool.Key{}, badRequest("template %.64q is not a valid image reference", template)
 	}
-	n, err := pool.NormalizeNet(net)
+	k, err := pool.Key{Template: template, Net: net, Size: size}.Normalize()
 	if err != nil {
 		return pool.Key{}, badRequest("%v", err)
 	}
-	switch size {
-	case "":
-		size = sbapi.SizeSmall
-	case sbapi.SizeSmall, sbapi.SizeMedium, sbapi.SizeLarge:
-	default:
-		return pool.Key{}, badRequest("unknown size %.32q (want %q, %q or %q)", size, sbapi.SizeSmall, sbapi.SizeMedium, sbapi.SizeLarge)
-	}
-	return pool.Key{Template: template, Net: n, Size: size}, nil
+	return k, nil
 }
 
 // validRef checks a claim ref: empty, or "<namespace>/<name>" with both parts.
@@ -99,7 +94,7 @@ func checkTTL(ttl int64) error {
 
 // parseClaim decodes and validates the body of POST /v1/claim.
 func parseClaim(b []byte) (claimInput, error) {
-	var req ClaimRequest
+	var req nodeapi.ClaimRequest
 	if err := decodeBody(b, &req, false); err != nil {
 		return claimInput{}, err
 	}
@@ -118,14 +113,80 @@ func parseClaim(b []byte) (claimInput, error) {
 			return claimInput{}, badRequest("env name %.64q is invalid", k)
 		}
 	}
-	return claimInput{key: k, ttl: req.TTLSeconds, ref: req.ClaimRef, env: req.Env, metadata: req.Metadata}, nil
+	if err := checkObject(&req.Object); err != nil {
+		return claimInput{}, err
+	}
+	if err := checkLifecycle(req.Lifecycle); err != nil {
+		return claimInput{}, err
+	}
+	return claimInput{key: k, ttl: req.TTLSeconds, ref: req.ClaimRef, env: req.Env, metadata: req.Metadata, object: req.Object, life: req.Lifecycle}, nil
+}
+
+// checkObject bounds a recorded object (413 beyond nodeapi.MaxObjectBytes
+// or MaxManagedFieldsBytes) and checks its opaque parts' JSON shapes (400):
+// the spec an object, the managed fields an array; "null" is dropped.
+func checkObject(o *nodeapi.Object) error {
+	if n := o.Bytes(); n > nodeapi.MaxObjectBytes {
+		return errorf(http.StatusRequestEntityTooLarge, "labels, annotations and spec take %d bytes; at most %d are recorded", n, nodeapi.MaxObjectBytes)
+	}
+	if n := len(o.ManagedFields); n > nodeapi.MaxManagedFieldsBytes {
+		return errorf(http.StatusRequestEntityTooLarge, "managed fields take %d bytes; at most %d are recorded", n, nodeapi.MaxManagedFieldsBytes)
+	}
+	for _, part := range []struct {
+		raw  *json.RawMessage
+		name string
+		open byte
+	}{{&o.Spec, "spec", '{'}, {&o.ManagedFields, "managed_fields", '['}} {
+		t := bytes.TrimSpace(*part.raw)
+		switch {
+		case len(t) == 0 || string(t) == "null":
+			*part.raw = nil
+		case t[0] != part.open:
+			return badRequest("%s must be a JSON %s", part.name, map[byte]string{'{': "object", '[': "array"}[part.open])
+		default:
+			*part.raw = t
+		}
+	}
+	return nil
+}
+
+// parseLabels decodes and checks the body of PUT /v1/sandboxes/{id}/labels.
+func parseLabels(b []byte) (nodeapi.LabelsRequest, error) {
+	var req nodeapi.LabelsRequest
+	if err := decodeBody(b, &req, false); err != nil {
+		return req, err
+	}
+	o := nodeapi.Object{Labels: req.Labels, Annotations: req.Annotations, ManagedFields: req.ManagedFields}
+	if err := checkObject(&o); err != nil {
+		return req, err
+	}
+	req.ManagedFields = o.ManagedFields
+	if req.Version < 0 {
+		return req, badRequest("version must not be negative")
+	}
+	return req, nil
+}
+
+// parseSnapshotClaim decodes the body of POST /v1/snapshots/{id}/claim.
+func parseSnapshotClaim(b []byte) (nodeapi.SnapshotClaimRequest, error) {
+	var req nodeapi.SnapshotClaimRequest
+	if err := decodeBody(b, &req, true); err != nil {
+		return req, err
+	}
+	if err := checkTTL(req.TTLSeconds); err != nil {
+		return req, err
+	}
+	if err := checkLifecycle(req.Lifecycle); err != nil {
+		return req, err
+	}
+	return req, validRef(req.ClaimRef)
 }
 
 // parsePools decodes and validates the body of PUT /v1/pools: the whole
 // set, each key once (after normalization), no negative targets.
 func parsePools(b []byte) ([]poolTarget, error) {
 	var raw struct {
-		Pools *[]PoolSpec `json:"pools"`
+		Pools *[]nodeapi.PoolSpec `json:"pools"`
 	}
 	if err := decodeBody(b, &raw, false); err != nil {
 		return nil, err
@@ -156,7 +217,7 @@ func parsePools(b []byte) ([]poolTarget, error) {
 }
 
 func parseFork(b []byte) (count int, ttl int64, err error) {
-	var req ForkRequest
+	var req nodeapi.ForkRequest
 	if err := decodeBody(b, &req, true); err != nil {
 		return 0, 0, err
 	}
@@ -172,15 +233,16 @@ func parseFork(b []byte) (count int, ttl int64, err error) {
 	return req.Count, req.TTLSeconds, nil
 }
 
-func parseCheckpoint(b []byte) (string, error) {
-	var req CheckpointRequest
+// parseSnapshot validates a snapshot request; keep is nil when unset.
+func parseSnapshot(b []byte) (name string, keep *bool, err error) {
+	var req nodeapi.SnapshotRequest
 	if err := decodeBody(b, &req, true); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if len(req.Name) > maxNameLen || strings.IndexFunc(req.Name, unicode.IsControl) >= 0 {
-		return "", badRequest("checkpoint name %.64q is invalid", req.Name)
+		return "", nil, badRequest("snapshot name %.64q is invalid", req.Name)
 	}
-	return req.Name, nil
+	return req.Name, req.Keep, nil
 }
 
 func parseTTLBody(b []byte, allowEmpty bool) (int64, error) {

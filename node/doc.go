@@ -1,8 +1,20 @@
 // Package node is the node daemon sandboxd: it holds warm pools of microVMs
 // per pool key, boots them through a vmm.Driver, hands them out in O(1)
-// under one mutex, serves the node HTTP API of CONTRACT §3 (wire types in
-// api.go, a client in client.go), reaps leases at their deadline, and
-// publishes the node's NodeInventory.
+// under one mutex, serves the node HTTP API of docs/API.md#node-api (its wire types
+// and client are package nodeapi: a sandbox is one nodeapi.Sandbox record,
+// rendered from the claim table by Node.wire), reaps leases at their
+// deadline, and publishes the node's NodeInventory (entries converted by
+// inventory.EntryOf).
+//
+// Names: a claim ref names at most one live sandbox on a node. A claim,
+// a fork child or a named snapshot claim of a held ref is refused with 409,
+// checked and inserted under the table's one mutex (table.holder), so of
+// concurrent claims of one ref exactly one is delivered and the others
+// spend no warm VM. Fork children are named "<ns>/<parent>-fork-<n>" (the
+// first free n; see forkName). Each record also keeps the Kubernetes
+// object's user part (nodeapi.Object: labels, annotations, spec, managed
+// fields; bounded, 413 beyond) and a Version counting its changes, which
+// PUT /v1/sandboxes/{id}/labels may be conditional on.
 //
 // Embedding: New returns a Node whose Handler can be served on any listener,
 // so one process may run several nodes (sandbox-dev runs N of them, each on
@@ -11,27 +23,58 @@
 //
 // What it owns: the claim table (in memory, mirrored in a bbolt file under
 // Config.DataDir), the warm pools, the golden checkpoints it clones warm VMs
-// from (<data-dir>/golden), the user checkpoints (<data-dir>/checkpoints),
+// from (<data-dir>/golden), the user snapshots (<data-dir>/snapshots),
 // and every VM under its driver's root. It must not touch anything else:
 // routing between nodes, pool sizing across the fleet and the Kubernetes
-// objects are other packages' jobs.
+// objects are other packages' jobs, and no client of its API may import it
+// (they import nodeapi; internal/deps checks).
+//
+// Auth: every route but /healthz and /metrics needs a bearer token. Root is
+// the node's own token (Config.NodeToken = nodeapi.NodeToken(fleet secret,
+// Name), all the fleet and the warm-pool driver ever send; sandboxd
+// --node-token-file) or an operator's root token (Config.RootToken,
+// --token-file; sandbox-dev's root-token). A sandbox's own token opens
+// only that sandbox's routes. The node never needs the fleet secret:
+// sandboxd --write-node-token derives its token once (an init container)
+// so the daemon holds only its own.
 //
 // Health: a background sweep (Config.WarmCheckInterval, default 10s)
 // probes every warm VM's agent off the claim path and evicts, destroys and
 // refills one that fails twice in a row or that its driver reports gone, so
 // a claim does not hand out a warm VM whose agent died after boot (between
 // two sweeps it still can). The same sweep probes every claimed sandbox that
-// is not hibernated and brings back one whose agent died the same way
+// is not paused and brings back one whose agent died the same way
 // through Driver.Restore (same run directory, so its files survive; new PID
 // and address, persisted and published); a failed restore keeps the claim
 // (listed, releasable, reaped at its deadline) and is retried after a
 // bounded backoff, so a claimed sandbox is never destroyed by the sweep.
 // See health.go.
 //
-// Durability: the store is opened with NoSync. Every record is written to
-// the file before the API answers, so a killed process (kill -9, a panic)
-// loses nothing: the page cache survives the process. Only a host crash or
-// power loss can lose the last writes, and then the VMs are gone too.
+// Quotas: a sandbox tree (a claimed or snapshot-started sandbox and every
+// fork below it) may fork Quota.MaxForkDepth generations deep and hold
+// Quota.MaxTreeChildren fork children at once; the node holds at most
+// Quota.MaxNodeExtraVMs VMs beyond its warm pools and Quota.MaxSnapshotBytes
+// of snapshots. Over a bound the request fails 429 and creates nothing, for
+// a sandbox token and root alike. A snapshot taken with a sandbox token is
+// removed when its sandbox is released; root's are kept unless it asks
+// otherwise (keep: false), and root may promote a sandbox's snapshot (POST
+// /v1/snapshots/{id}/promote). Only root may keep a snapshot (403). See
+// quota.go.
+//
+// Slow clients: Handler bounds each request (Config.Timeouts: the body
+// must arrive, and the answer leave, in time); cmd/sandboxd serves it with
+// internal/serve's header and idle timeouts and a connection cap below the
+// descriptor limit. The health sweep never reads the node's own resource
+// exhaustion (EMFILE, ENFILE) as a failed probe; a warm agent that does
+// not answer in time (hung) fails its probe and is replaced after two in a
+// row, while a claimed sandbox is never restarted over a timeout. New drops
+// a recorded claim only when its VM is known gone.
+//
+// Durability: every claim, release and lifecycle change is committed and
+// fsynced to the store before the API answers, so an acknowledged claim
+// survives a power loss. A lone claim commits at once; claims arriving
+// while a commit is in flight share the next one (leader-follower group
+// commit; see store.go), so the fsync costs latency, not throughput. Config.StoreNoSync turns the fsync off (development only).
 //
 // Restart: New re-adopts every recorded sandbox through Driver.Restore,
 // then destroys every VM under the driver's root that the table does not

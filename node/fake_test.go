@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/vmmtest"
 )
@@ -23,7 +24,7 @@ const testRoot = "root-token"
 type testNode struct {
 	*Node
 	srv     *httptest.Server
-	root    *Client
+	root    *nodeapi.Client
 	cancel  context.CancelFunc
 	done    chan struct{}
 	crashed bool
@@ -55,7 +56,7 @@ func runNode(t testing.TB, cfg Config) *testNode {
 		t.Fatal(err)
 	}
 	tn := &testNode{Node: n, srv: httptest.NewServer(n.Handler()), done: make(chan struct{})}
-	tn.root = NewClient(tn.srv.URL, testRoot)
+	tn.root = nodeapi.NewClient(tn.srv.URL, testRoot)
 	ctx, cancel := context.WithCancel(context.Background())
 	tn.cancel = cancel
 	go func() { defer close(tn.done); _ = n.Run(ctx) }()

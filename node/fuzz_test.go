@@ -58,3 +58,30 @@ func checkKey(t *testing.T, k pool.Key) {
 		t.Fatalf("accepted key %+v", k)
 	}
 }
+
+// FuzzParseRequests covers the other body decoders: fork, snapshot and the
+// ttl bodies of renew and snapshot claims.
+func FuzzParseRequests(f *testing.F) {
+	for _, s := range []string{`{"count":3,"ttl_seconds":60}`, `{"count":17}`, `{"name":"first","keep":true}`, `{"name":"a\u0000"}`, `{"ttl_seconds":30}`, `{"ttl_seconds":-5}`, ``, `[]`, `{"count":1}{}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		bad := func(what string, err error) bool {
+			if err != nil && statusOf(err) != http.StatusBadRequest {
+				t.Fatalf("%s: status %d for %q", what, statusOf(err), b)
+			}
+			return err != nil
+		}
+		if count, ttl, err := parseFork(b); !bad("fork", err) && (count < 1 || count > MaxForkCount || ttl < 0) {
+			t.Fatalf("fork accepted count %d ttl %d", count, ttl)
+		}
+		if name, _, err := parseSnapshot(b); !bad("snapshot", err) && len(name) > maxNameLen {
+			t.Fatalf("snapshot accepted a %d-byte name", len(name))
+		}
+		for _, allowEmpty := range []bool{false, true} {
+			if ttl, err := parseTTLBody(b, allowEmpty); !bad("ttl", err) && ttl < 0 {
+				t.Fatalf("ttl accepted %d", ttl)
+			}
+		}
+	})
+}

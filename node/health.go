@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"sort"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hearthvm/hearth/pool"
@@ -20,20 +24,27 @@ import (
 // and evicts a VM that failed warmEvictStrikes sweeps in a row, or whose
 // driver reports it not running, from its pool under the mutex again: only
 // if it is still warm (a claim may have taken it meanwhile; then it is the
-// claim's). Warm VMs stay claimable while they are probed, so claims keep
+// claim's). A probe fails when the agent refuses, answers an error or
+// answers nothing within warmProbeTimeout (a hung agent that accepts the
+// connection); one that fails for the node's own lack of resources
+// (EMFILE...) proves nothing. Warm VMs stay claimable while they are probed, so claims keep
 // their O(1), I/O-free path. Evicted VMs are destroyed in the background and
 // the refill loop replaces them.
 const (
 	// DefaultWarmCheckInterval is the sweep cadence when
 	// Config.WarmCheckInterval is zero.
 	DefaultWarmCheckInterval = 10 * time.Second
-	// warmProbeTimeout bounds one agent probe (and one driver check).
+	// warmProbeTimeout bounds one agent probe (and one driver check): an
+	// agent that answers nothing within it is hung.
 	warmProbeTimeout = 2 * time.Second
 	// warmProbeConcurrency bounds the probes in flight per sweep.
 	warmProbeConcurrency = 8
 	// warmEvictStrikes is how many failed probes in a row evict a VM.
 	warmEvictStrikes = 2
 )
+
+// errAgentHung is a claimed sandbox's probe that timed out.
+var errAgentHung = errors.New("the agent did not answer its health check in time")
 
 // warmProbe is the outcome of probing one warm VM.
 type warmProbe struct {
@@ -42,7 +53,53 @@ type warmProbe struct {
 	OK bool
 	// Gone is true when the driver reports the VM not running.
 	Gone bool
+	// Hung is true when the agent did not answer within the probe's
+	// timeout (it may have accepted the connection): a hung agent. For a
+	// warm VM that is a failed probe (a strike); for a claimed sandbox,
+	// whose restore would restart the user's processes, it proves nothing.
+	Hung bool
+	// Err is set when the probe proved nothing: the node ran out of a
+	// resource (file descriptors, memory). Such a probe neither adds nor
+	// clears a strike.
+	Err error
 }
+
+// inconclusive reports the errors that say nothing about a VM's death:
+// the node's own resource exhaustion (see nodeExhausted) and timeouts. A probe
+// or driver call failing so is reported, and never taken for a dead VM.
+func inconclusive(err error) bool { return nodeExhausted(err) || timedOut(err) }
+
+// nodeExhausted reports the node's own resource exhaustion (EMFILE, ENFILE,
+// ENOBUFS, ENOMEM, EAGAIN): it says nothing about any VM.
+func nodeExhausted(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.EAGAIN} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	// Drivers that flatten their cause into text still say so.
+	msg := err.Error()
+	return strings.Contains(msg, "too many open files") || strings.Contains(msg, "file table overflow")
+}
+
+// timedOut reports a deadline that passed.
+func timedOut(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// vmGone reports whether err says the VM is known gone: the driver says
+// vmm.ErrNotRunning and nothing in the error is inconclusive.
+func vmGone(err error) bool { return errors.Is(err, vmm.ErrNotRunning) && !inconclusive(err) }
 
 // planEvictions is the sweep's decision, free of I/O and locking. probes are
 // this sweep's results; warm is the set of VM ids warm right now; strikes
@@ -55,6 +112,12 @@ func planEvictions(probes []warmProbe, warm map[string]bool, strikes map[string]
 	next = map[string]int{}
 	for _, p := range probes {
 		if !warm[p.ID] || p.OK {
+			continue
+		}
+		if p.Err != nil && !p.Gone {
+			if s := strikes[p.ID]; s > 0 {
+				next[p.ID] = s // no evidence either way
+			}
 			continue
 		}
 		s := strikes[p.ID] + 1
@@ -152,6 +215,7 @@ func (n *Node) sweepWarm(ctx context.Context, strikes map[string]int) map[string
 		}
 	}
 	n.mu.Unlock()
+	n.reportInconclusive("warm", probes)
 
 	if len(victims) == 0 {
 		return next
@@ -162,7 +226,7 @@ func (n *Node) sweepWarm(ctx context.Context, strikes map[string]int) map[string
 	}
 	sort.Slice(victims, func(i, j int) bool { return victims[i].h.ID < victims[j].h.ID })
 	for _, v := range victims {
-		why := "agent failed its health check twice in a row"
+		why := "agent failed (or did not answer) its health check twice in a row"
 		if reasons[v.h.ID] {
 			why = "the driver reports the VM not running"
 		}
@@ -175,13 +239,16 @@ func (n *Node) sweepWarm(ctx context.Context, strikes map[string]int) map[string
 }
 
 // probeWarm checks one warm VM's agent and, when it does not answer, asks
-// the driver whether the VM still runs.
+// the driver whether the VM still runs. An agent that does not answer
+// within n.probeTimeout is Hung, unless the node itself is out of a
+// resource (then the probe proves nothing).
 func (n *Node) probeWarm(ctx context.Context, h vmm.Handle) warmProbe {
 	pr := warmProbe{ID: h.ID}
-	pctx, cancel := context.WithTimeout(ctx, warmProbeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, n.probeTimeout)
 	req, err := http.NewRequestWithContext(pctx, http.MethodGet, "http://"+h.Addr+"/health", nil)
 	if err == nil {
-		if resp, err := n.probeClient.Do(req); err == nil {
+		var resp *http.Response
+		if resp, err = n.probeClient.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 			resp.Body.Close()
 			pr.OK = resp.StatusCode >= 200 && resp.StatusCode < 300
@@ -191,12 +258,49 @@ func (n *Node) probeWarm(ctx context.Context, h vmm.Handle) warmProbe {
 	if pr.OK || ctx.Err() != nil {
 		return pr
 	}
-	sctx, cancel := context.WithTimeout(ctx, warmProbeTimeout)
+	switch {
+	case nodeExhausted(err):
+		pr.Err = err
+	case timedOut(err):
+		pr.Hung = true
+	}
+	sctx, cancel := context.WithTimeout(ctx, n.probeTimeout)
 	defer cancel()
-	if _, err := n.driver.Stats(sctx, h); errors.Is(err, vmm.ErrNotRunning) {
-		pr.Gone = true
+	_, err = n.driver.Stats(sctx, h)
+	switch {
+	case vmGone(err):
+		pr.Gone, pr.Hung = true, false
+	case nodeExhausted(err):
+		// The node is out of a resource: a timeout may be its own.
+		pr.Hung = false
+		if pr.Err == nil {
+			pr.Err = err
+		}
+	case timedOut(err) && pr.Err == nil && !pr.Hung:
+		pr.Err = err
 	}
 	return pr
+}
+
+// reportInconclusive logs the probes of one sweep that proved nothing, as
+// one error, and counts them.
+func (n *Node) reportInconclusive(what string, probes []warmProbe) {
+	var first error
+	count := 0
+	for _, p := range probes {
+		if p.Err != nil && !p.Gone {
+			if first == nil {
+				first = p.Err
+			}
+			count++
+		}
+	}
+	if count == 0 {
+		return
+	}
+	n.metrics.probeErrors.Add(float64(count))
+	n.log.Error(first, "Health probes failed on this node's side (resource exhaustion or timeout); no VM was judged by them",
+		"sandboxes", what, "probes", count)
 }
 
 // newProbeClient returns the HTTP client of the health sweep: no proxy, no
@@ -213,8 +317,8 @@ func newProbeClient() *http.Client {
 // The claimed-sandbox half of the sweep. A claimed sandbox whose agent (or
 // VM process) died while the node runs would otherwise stay listed as
 // running with an address that answers nothing. Every sweep also probes the
-// claimed, non-hibernated sandboxes (a paused VM does not answer, so
-// hibernated ones are never probed) the same way; one that fails
+// claimed, non-paused sandboxes (a paused VM does not answer, so
+// paused ones are never probed) the same way; one that fails
 // warmEvictStrikes sweeps in a row, or whose driver reports it not running,
 // is brought back with Driver.Restore (which restarts it from its run
 // directory, keeping its files) while holding the sandbox's lifecycle lock
@@ -242,6 +346,8 @@ type claimProbe struct {
 	OK bool
 	// Gone is true when the driver reports the VM not running.
 	Gone bool
+	// Err is set when the probe proved nothing (see warmProbe.Err).
+	Err error
 }
 
 // claimHealth is what the sweep remembers about one unhealthy claimed
@@ -262,10 +368,10 @@ func sameVM(a, b vmm.Handle) bool {
 
 // planRestores is the claimed half of the sweep's decision, free of I/O and
 // locking. probes are this sweep's results; live maps the ids of the
-// sandboxes claimed and not hibernated right now to their current handles;
+// sandboxes claimed and not paused right now to their current handles;
 // state is what earlier sweeps left. A probe is ignored (and its state
 // dropped) unless its sandbox is still live with the very handle probed (a
-// release, hibernate or wake may have raced). A healthy probe clears the
+// release, pause or resume may have raced). A healthy probe clears the
 // state. A failing one adds a strike; the sandbox is picked for restore
 // when its driver reports it gone or it has now failed warmEvictStrikes
 // times in a row, unless an earlier restore failed and its backoff
@@ -278,6 +384,12 @@ func planRestores(probes []claimProbe, live map[string]vmm.Handle, state map[str
 	for _, p := range probes {
 		h, ok := live[p.ID]
 		if !ok || !sameVM(h, p.Handle) || p.OK {
+			continue
+		}
+		if p.Err != nil && !p.Gone {
+			if s, ok := state[p.ID]; ok {
+				next[p.ID] = s // no evidence either way
+			}
 			continue
 		}
 		s := state[p.ID]
@@ -310,7 +422,7 @@ func restoreFailed(s claimHealth, now time.Time) claimHealth {
 	return s
 }
 
-// sweepClaimed probes every claimed, non-hibernated sandbox once and
+// sweepClaimed probes every claimed, non-paused sandbox once and
 // restores the ones planRestores picks. It returns the state for the next
 // sweep.
 func (n *Node) sweepClaimed(ctx context.Context, state map[string]claimHealth) map[string]claimHealth {
@@ -321,7 +433,7 @@ func (n *Node) sweepClaimed(ctx context.Context, state map[string]claimHealth) m
 	n.mu.Lock()
 	var ts []target
 	for id, sb := range n.tab.byID {
-		if !sb.rec.Hibernated && !sb.rec.Handle.Paused {
+		if !sb.rec.Paused && !sb.rec.Handle.Paused {
 			ts = append(ts, target{id: id, h: sb.rec.Handle})
 		}
 	}
@@ -340,13 +452,23 @@ func (n *Node) sweepClaimed(ctx context.Context, state map[string]claimHealth) m
 		go func(i int, t target) {
 			defer func() { <-sem; wg.Done() }()
 			pr := n.probeWarm(ctx, t.h)
-			probes[i] = claimProbe{ID: t.id, Handle: t.h, OK: pr.OK, Gone: pr.Gone}
+			if pr.Hung && pr.Err == nil {
+				// A busy sandbox's agent may be slow; restoring it would
+				// restart the user's processes on a guess.
+				pr.Err = errAgentHung
+			}
+			probes[i] = claimProbe{ID: t.id, Handle: t.h, OK: pr.OK, Gone: pr.Gone, Err: pr.Err}
 		}(i, t)
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
 		return state
 	}
+	wps := make([]warmProbe, len(probes))
+	for i, p := range probes {
+		wps[i] = warmProbe{ID: p.ID, Gone: p.Gone, Err: p.Err}
+	}
+	n.reportInconclusive("claimed", wps)
 
 	n.mu.Lock()
 	if n.closed {
@@ -355,7 +477,7 @@ func (n *Node) sweepClaimed(ctx context.Context, state map[string]claimHealth) m
 	}
 	live := make(map[string]vmm.Handle, len(n.tab.byID))
 	for id, sb := range n.tab.byID {
-		if !sb.rec.Hibernated && !sb.rec.Handle.Paused {
+		if !sb.rec.Paused && !sb.rec.Handle.Paused {
 			live[id] = sb.rec.Handle
 		}
 	}
@@ -406,13 +528,13 @@ func (n *Node) restoreClaimed(ctx context.Context, p claimProbe) bool {
 		return true
 	}
 	current := func() bool {
-		return n.tab.byID[p.ID] == sb && !sb.rec.Hibernated && sameVM(sb.rec.Handle, p.Handle)
+		return n.tab.byID[p.ID] == sb && !sb.rec.Paused && sameVM(sb.rec.Handle, p.Handle)
 	}
 	n.mu.Lock()
 	still := current()
 	n.mu.Unlock()
 	if !still {
-		return true // released, hibernated or woken meanwhile: not what was probed
+		return true // released, paused or resumed meanwhile: not what was probed
 	}
 	why := "agent failed its health check twice in a row"
 	if p.Gone {
@@ -450,6 +572,11 @@ func (n *Node) restoreClaimed(ctx context.Context, p claimProbe) bool {
 	n.mu.Unlock()
 	if err := n.store.putSandboxes(rec); err != nil {
 		n.log.Error(err, "Cannot persist a restored sandbox", "id", p.ID)
+	}
+	if len(rec.Env) > 0 {
+		if err := n.initAgent(ctx, h, rec.Env); err != nil {
+			n.log.Error(err, "Cannot apply env to a restored sandbox's agent", "id", p.ID)
+		}
 	}
 	n.metrics.restores.WithLabelValues("ok").Inc()
 	n.log.Info("Restored a claimed sandbox whose agent died", "id", p.ID, "vm", h.ID, "reason", why,

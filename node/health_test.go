@@ -2,16 +2,20 @@ package node
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/vmm"
+	"github.com/hearthvm/hearth/vmm/vmmtest"
 )
 
 func TestPlanEvictions(t *testing.T) {
@@ -122,14 +126,14 @@ func TestNode_Sim_EvictsDeadWarmVM(t *testing.T) {
 	}
 
 	for i := 0; i < 2; i++ {
-		res, err := tn.root.Claim(bg, ClaimRequest{Template: "img"})
+		res, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.OwnerAddr == dead.Addr {
+		if res.AgentAddr == dead.Addr {
 			t.Fatalf("claim %d delivered the dead VM's address %s", i, dead.Addr)
 		}
-		if code := agentHealth(res.OwnerAddr); code != http.StatusNoContent {
+		if code := agentHealth(res.AgentAddr); code != http.StatusNoContent {
 			t.Fatalf("claim %d delivered an agent answering %d", i, code)
 		}
 	}
@@ -154,7 +158,7 @@ func TestPlanRestores(t *testing.T) {
 		return m
 	}
 	woken := live("a")
-	woken["a"] = h("a", 2) // hibernated and woken (or restored) since the probe
+	woken["a"] = h("a", 2) // paused and resumed (or restored) since the probe
 	for _, tc := range []struct {
 		name    string
 		probes  []claimProbe
@@ -176,7 +180,7 @@ func TestPlanRestores(t *testing.T) {
 			state: map[string]claimHealth{"a": {Strikes: 4, Failures: 2, RetryAt: now.Add(time.Minute)}}, next: map[string]claimHealth{}},
 		{name: "released meanwhile is left alone", probes: []claimProbe{gone("a")}, live: live("b"),
 			state: map[string]claimHealth{"a": {Strikes: 1}}, next: map[string]claimHealth{}},
-		{name: "hibernated meanwhile is left alone", probes: []claimProbe{gone("a")}, live: live(),
+		{name: "paused meanwhile is left alone", probes: []claimProbe{gone("a")}, live: live(),
 			next: map[string]claimHealth{}},
 		{name: "handle changed since the probe is left alone", probes: []claimProbe{gone("a")}, live: woken,
 			state: map[string]claimHealth{"a": {Strikes: 1}}, next: map[string]claimHealth{}},
@@ -236,7 +240,7 @@ func TestRestoreBackoff(t *testing.T) {
 
 // A claimed sandbox whose agent dies is restored by the health sweep on the
 // same run directory (its files survive) with a new address that answers;
-// a hibernated sandbox is never probed nor restored.
+// a paused sandbox is never probed nor restored.
 func TestNode_Sim_RestoresDeadClaimedSandbox(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "vms")
 	drv := newSim(t, root)
@@ -245,15 +249,15 @@ func TestNode_Sim_RestoresDeadClaimedSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn.waitWarm(t, "img", 2)
-	c1, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/live", TTLSeconds: 600})
+	c1, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/live", TTLSeconds: 600})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/asleep", TTLSeconds: 600})
+	c2, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/asleep", TTLSeconds: 600})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tn.root.Hibernate(bg, c2.ID); err != nil {
+	if err := tn.root.Pause(bg, c2.ID); err != nil {
 		t.Fatal(err)
 	}
 	handle := func(id string) vmm.Handle {
@@ -269,7 +273,7 @@ func TestNode_Sim_RestoresDeadClaimedSandbox(t *testing.T) {
 	if h1.PID <= 0 || h2.PID <= 0 || !h2.Paused {
 		t.Fatalf("handles %+v %+v", h1, h2)
 	}
-	keep := filepath.Join(h1.Dir, "home", "keep.txt")
+	keep := filepath.Join(h1.Dir, "rootfs", "home", "user", "keep.txt")
 	if err := os.WriteFile(keep, []byte("still here"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -296,19 +300,19 @@ func TestNode_Sim_RestoresDeadClaimedSandbox(t *testing.T) {
 	}
 	restored := func(want string, old vmm.Handle) vmm.Handle {
 		t.Helper()
-		var g Sandbox
+		var g nodeapi.Sandbox
 		waitFor(t, func() bool {
 			if restores("ok") != want {
 				return false
 			}
 			g, err = tn.root.Get(bg, c1.ID)
-			return err == nil && g.Addr != "" && agentHealth(g.Addr) == http.StatusNoContent
+			return err == nil && g.AgentAddr != "" && agentHealth(g.AgentAddr) == http.StatusNoContent
 		})
 		h := handle(c1.ID)
-		if h.PID == old.PID || h.Addr != g.Addr || h.ID != old.ID || h.Dir != old.Dir || h.Token != old.Token {
-			t.Fatalf("restored handle %+v, was %+v (listed addr %s)", h, old, g.Addr)
+		if h.PID == old.PID || h.Addr != g.AgentAddr || h.ID != old.ID || h.Dir != old.Dir || h.Token != old.Token {
+			t.Fatalf("restored handle %+v, was %+v (listed addr %s)", h, old, g.AgentAddr)
 		}
-		if g.Hibernated || g.ClaimRef != "ns/live" || !g.Deadline.Equal(c1.Deadline) {
+		if g.Paused || g.ClaimRef != "ns/live" || !g.Deadline.Equal(c1.Deadline) {
 			t.Fatalf("restored sandbox %+v", g)
 		}
 		b, err := os.ReadFile(keep)
@@ -328,7 +332,7 @@ func TestNode_Sim_RestoresDeadClaimedSandbox(t *testing.T) {
 	}
 	h1b := restored("1", h1)
 	// Once more: it is restored again, and all along (several sweeps) the
-	// hibernated sandbox was left alone.
+	// paused sandbox was left alone.
 	if err := syscall.Kill(-h1b.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -337,13 +341,104 @@ func TestNode_Sim_RestoresDeadClaimedSandbox(t *testing.T) {
 		t.Fatalf("failed restores = %s", got)
 	}
 	if got := handle(c2.ID); !sameVM(got, h2) {
-		t.Fatalf("the hibernated sandbox was touched: %+v, was %+v", got, h2)
+		t.Fatalf("the paused sandbox was touched: %+v, was %+v", got, h2)
 	}
-	if g2, err := tn.root.Get(bg, c2.ID); err != nil || !g2.Hibernated {
-		t.Fatalf("hibernated sandbox: %+v %v", g2, err)
+	if g2, err := tn.root.Get(bg, c2.ID); err != nil || !g2.Paused {
+		t.Fatalf("paused sandbox: %+v %v", g2, err)
 	}
 	if err := tn.root.Release(bg, c1.ID); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { _, err := os.Stat(h1.Dir); return os.IsNotExist(err) })
+}
+
+// hangingAgent listens and accepts connections but never answers: a hung
+// agent. It returns its address.
+func hangingAgent(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// Warm VMs whose agents accept the connection but never answer are hung:
+// each probe times out, and after warmEvictStrikes sweeps in a row they
+// are evicted and replaced. A claimed sandbox's hung agent is not
+// restored over a timeout.
+func TestSweep_HungWarmAgentsAreEvicted(t *testing.T) {
+	drv := vmmtest.New(vmmtest.Options{Name: "fake", Addr: hangingAgent(t)})
+	tn := startNode(t, drv, func(c *Config) { c.WarmCheckInterval = time.Hour })
+	tn.probeTimeout = 100 * time.Millisecond
+	if _, err := tn.root.PutPools(bg, pools("img", 3)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 3)
+	sb, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 3)
+	warmIDs := func() map[string]bool {
+		tn.mu.Lock()
+		defer tn.mu.Unlock()
+		out := map[string]bool{}
+		for _, p := range tn.tab.pools {
+			for _, h := range p.warm {
+				out[h.ID] = true
+			}
+		}
+		return out
+	}
+	hung := warmIDs()
+	strikes := tn.sweepWarm(bg, map[string]int{})
+	if len(strikes) != 3 {
+		t.Fatalf("strikes after one sweep of 3 hung agents: %v", strikes)
+	}
+	if strikes = tn.sweepWarm(bg, strikes); len(strikes) != 0 {
+		t.Fatalf("strikes after the second sweep: %v", strikes)
+	}
+	_, body := rawDo(t, "GET", tn.srv.URL+"/metrics", "", "")
+	if !strings.Contains(body, "hearth_node_warm_evictions_total 3") || !strings.Contains(body, "hearth_node_health_probe_errors_total 0") {
+		t.Fatalf("metrics: want 3 evictions and no probe errors:\n%s", grepLines(body, "hearth_node_warm_evictions_total", "hearth_node_health_probe_errors_total"))
+	}
+	waitFor(t, func() bool {
+		w := warmIDs()
+		for id := range hung {
+			if w[id] {
+				return false
+			}
+		}
+		return len(w) == 3
+	})
+	for range 3 {
+		if claimed := tn.sweepClaimed(bg, map[string]claimHealth{}); len(claimed) != 0 {
+			t.Fatalf("a hung claimed agent counted against its sandbox: %v", claimed)
+		}
+	}
+	if got, err := tn.root.Get(bg, sb.ID); err != nil || got.AgentAddr != sb.AgentAddr {
+		t.Fatalf("the claimed sandbox: %+v %v", got, err)
+	}
 }

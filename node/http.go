@@ -9,10 +9,13 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hearthvm/hearth/internal/serve"
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
-// principal is an authenticated caller: root, or the holder of one
-// sandbox's token.
+// principal is an authenticated caller: root (the node's own token or the
+// operator's root token), or the holder of one sandbox's token.
 type principal struct {
 	root      bool
 	sandboxID string
@@ -21,7 +24,7 @@ type principal struct {
 // authenticate resolves the bearer token. ok is false for a missing or
 // unknown token (401).
 func (n *Node) authenticate(r *http.Request) (principal, bool) {
-	if n.cfg.RootToken == "" {
+	if n.cfg.RootToken == "" && n.cfg.NodeToken == "" {
 		return principal{root: true}, true
 	}
 	tok, ok := bearer(r)
@@ -29,7 +32,10 @@ func (n *Node) authenticate(r *http.Request) (principal, bool) {
 		return principal{}, false
 	}
 	h := hashToken(tok)
-	if subtle.ConstantTimeCompare(h[:], n.rootHash[:]) == 1 {
+	if n.cfg.NodeToken != "" && subtle.ConstantTimeCompare(h[:], n.nodeHash[:]) == 1 {
+		return principal{root: true}, true
+	}
+	if n.cfg.RootToken != "" && subtle.ConstantTimeCompare(h[:], n.rootHash[:]) == 1 {
 		return principal{root: true}, true
 	}
 	// The map is keyed by the token's hash, so the lookup's timing says
@@ -57,10 +63,16 @@ func bearer(r *http.Request) (string, bool) {
 	return tok, tok != ""
 }
 
-// Handler returns the node HTTP API (CONTRACT §3). /healthz and /metrics
-// need no token; every other route needs the root token, except the
-// per-sandbox routes, which also accept that sandbox's own token.
-func (n *Node) Handler() http.Handler {
+// Handler returns the node HTTP API (docs/API.md#node-api). /healthz and
+// /metrics need no token; every other route needs root (Config.NodeToken
+// or Config.RootToken), except the per-sandbox routes, which also accept
+// that sandbox's own token. Every request gets Config.Timeouts' read and
+// write deadlines, but the change stream (GET /v1/watch) lifts them once
+// root is authenticated; serve it with serve.NewServer and serve.Listen for
+// the header and idle timeouts and the connection cap.
+func (n *Node) Handler() http.Handler { return serve.Deadlines(n.mux(), n.cfg.Timeouts, nil) }
+
+func (n *Node) mux() http.Handler {
 	mux := http.NewServeMux()
 	methodless := map[string]bool{}
 	route := func(pattern string, h http.HandlerFunc) {
@@ -84,28 +96,48 @@ func (n *Node) Handler() http.Handler {
 	route("POST /v1/claim", n.rootOnly(n.handleClaim))
 	route("GET /v1/sandboxes", n.rootOnly(n.handleList))
 	route("PUT /v1/pools", n.rootOnly(n.handlePools))
-	route("GET /v1/info", n.rootOnly(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.info()) }))
-	route("GET /v1/checkpoints", n.rootOnly(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, CheckpointList{Checkpoints: n.checkpointList()})
+	route("GET /v1/watch", n.rootOnly(func(w http.ResponseWriter, r *http.Request) {
+		serve.Unbound(w) // root's change stream lasts as long as it needs
+		n.handleWatch(w, r)
 	}))
-	route("DELETE /v1/checkpoints/{id}", n.rootOnly(func(w http.ResponseWriter, r *http.Request) {
-		if err := n.deleteCheckpoint(r.PathValue("id")); err != nil {
+	route("GET /v1/info", n.rootOnly(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.info()) }))
+	route("GET /v1/snapshots", n.rootOnly(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, nodeapi.SnapshotList{Snapshots: n.snapshotList()})
+	}))
+	route("DELETE /v1/snapshots/{id}", n.rootOnly(func(w http.ResponseWriter, r *http.Request) {
+		if err := n.deleteSnapshot(r.PathValue("id")); err != nil {
 			writeErr(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
-	route("POST /v1/checkpoints/{id}/claim", n.rootOnly(func(w http.ResponseWriter, r *http.Request) {
-		body, ok := readBody(w, r)
-		if !ok {
-			return
-		}
-		ttl, err := parseTTLBody(body, true)
+	route("POST /v1/snapshots/{id}/promote", n.rootOnly(func(w http.ResponseWriter, r *http.Request) {
+		rec, err := n.promoteSnapshot(r.PathValue("id"))
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
-		res, err := n.branch(r.Context(), r.PathValue("id"), ttl)
+		writeJSON(w, http.StatusOK, rec.Snapshot)
+	}))
+	route("POST /v1/snapshots/{id}/claim", n.rootOnly(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		req, err := parseSnapshotClaim(body)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		res, err := n.claimSnapshot(r.Context(), r.PathValue("id"), req.TTLSeconds, req.ClaimRef)
+		if err == nil && req.Lifecycle != (nodeapi.Lifecycle{}) {
+			var rec record
+			if rec, err = n.setLifecycle(res.ID, req.Lifecycle); err == nil {
+				res = n.wire(rec, true)
+			} else {
+				_ = n.remove(r.Context(), res.ID, false) // not delivered: give it back
+			}
+		}
 		if err != nil {
 			writeErr(w, err)
 			return
@@ -116,9 +148,9 @@ func (n *Node) Handler() http.Handler {
 	route("GET /v1/sandboxes/{id}", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, p principal, id string) {
 		n.mu.Lock()
 		sb := n.tab.byID[id]
-		var row Sandbox
+		var row nodeapi.Sandbox
 		if sb != nil {
-			row = n.row(sb, p.root)
+			row = n.wire(sb.rec, p.root)
 		}
 		n.mu.Unlock()
 		if sb == nil {
@@ -134,9 +166,22 @@ func (n *Node) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
-	for verb, hibernate := range map[string]bool{"hibernate": true, "wake": false} {
+	for verb, pause := range map[string]bool{"pause": true, "resume": false} {
 		route("POST /v1/sandboxes/{id}/"+verb, n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
-			if err := n.setHibernated(r.Context(), id, hibernate); err != nil {
+			keepMemory := true
+			if pause {
+				body, ok := readBody(w, r)
+				if !ok {
+					return
+				}
+				var req nodeapi.PauseRequest
+				if err := decodeBody(body, &req, true); err != nil {
+					writeErr(w, err)
+					return
+				}
+				keepMemory = req.Memory == nil || *req.Memory
+			}
+			if err := n.pause(r.Context(), id, pause, keepMemory); err != nil {
 				writeErr(w, err)
 				return
 			}
@@ -158,24 +203,34 @@ func (n *Node) Handler() http.Handler {
 			writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, ForkResult{Children: children})
+		writeJSON(w, http.StatusOK, nodeapi.ForkResult{Children: children})
 	}))
-	route("POST /v1/sandboxes/{id}/checkpoint", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
+	route("POST /v1/sandboxes/{id}/snapshot", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, p principal, id string) {
 		body, ok := readBody(w, r)
 		if !ok {
 			return
 		}
-		name, err := parseCheckpoint(body)
+		name, keep, err := parseSnapshot(body)
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
-		ck, err := n.checkpoint(r.Context(), id, name)
+		// Root's snapshots are kept unless it says otherwise; a sandbox
+		// token's go with its sandbox, and only root may keep one.
+		kept := p.root
+		if keep != nil {
+			if *keep && !p.root {
+				writeError(w, http.StatusForbidden, "only the root token may keep a snapshot after its sandbox's release")
+				return
+			}
+			kept = *keep
+		}
+		snap, err := n.snapshot(r.Context(), id, name, kept)
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, CheckpointResult{Checkpoint: ck})
+		writeJSON(w, http.StatusOK, nodeapi.SnapshotResult{Snapshot: snap})
 	}))
 	route("POST /v1/sandboxes/{id}/renew", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
 		body, ok := readBody(w, r)
@@ -192,7 +247,24 @@ func (n *Node) Handler() http.Handler {
 			writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, RenewResult{Deadline: dl})
+		writeJSON(w, http.StatusOK, nodeapi.RenewResult{Deadline: dl})
+	}))
+	route("PUT /v1/sandboxes/{id}/labels", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
+		body, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		req, err := parseLabels(body)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		out, err := n.setLabels(id, req)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
 	}))
 	route("GET /v1/sandboxes/{id}/stats", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
 		s, err := n.stats(r.Context(), id)
@@ -290,9 +362,9 @@ func (n *Node) handleList(w http.ResponseWriter, r *http.Request) {
 	} else {
 		sbs = n.tab.all()
 	}
-	out := SandboxList{Sandboxes: make([]Sandbox, len(sbs))}
+	out := nodeapi.SandboxList{Sandboxes: make([]nodeapi.Sandbox, len(sbs))}
 	for i, sb := range sbs {
-		out.Sandboxes[i] = n.row(sb, false)
+		out.Sandboxes[i] = n.wire(sb.rec, false)
 	}
 	n.mu.Unlock()
 	if byRef && len(out.Sandboxes) == 0 {
@@ -342,7 +414,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, Error{Error: msg})
+	writeJSON(w, status, nodeapi.Error{Error: msg})
 }
 
 func writeErr(w http.ResponseWriter, err error) {

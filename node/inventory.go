@@ -6,12 +6,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hearthvm/hearth/inventory"
-	sbapi "github.com/hearthvm/hearth/sandbox"
 )
 
 // Inventory returns the node's NodeInventory as it would be published now:
-// pools sorted by key, entries sorted by name. An entry's name is its claim
-// ref, or "default/<id>" for a sandbox without one (a checkpoint branch).
+// pools sorted by key, entries (inventory.EntryOf) sorted by name.
 func (n *Node) Inventory() *inventory.NodeInventory {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -29,18 +27,8 @@ func (n *Node) Inventory() *inventory.NodeInventory {
 			Warm: int32(len(p.warm)), Target: p.target})
 	}
 	for _, sb := range n.tab.byID {
-		r := sb.rec
-		name := r.ClaimRef
-		if name == "" {
-			name = "default/" + r.ID
-		}
-		phase := sbapi.PhaseRunning
-		if r.Hibernated {
-			phase = sbapi.PhaseHibernated
-		}
-		dl, at := metav1.NewTime(r.Deadline), metav1.NewTime(r.ClaimedAt)
-		inv.Entries = append(inv.Entries, inventory.Entry{Name: name, ID: r.ID, Phase: phase, Template: r.Key.Template,
-			ClaimRef: r.ClaimRef, Addr: r.Handle.Addr, Deadline: &dl, ClaimedAt: &at})
+		s := n.wire(sb.rec, false)
+		inv.Entries = append(inv.Entries, inventory.EntryOf(&s))
 	}
 	sort.Slice(inv.Entries, func(i, j int) bool {
 		if inv.Entries[i].Name != inv.Entries[j].Name {

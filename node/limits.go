@@ -2,7 +2,7 @@ package node
 
 import "time"
 
-// Limits are a node's lease bounds (claim.Limits names the same type).
+// Limits are a node's lease bounds: the default and the longest lease it grants.
 type Limits struct {
 	Default time.Duration // granted when the ask is 0
 	Max     time.Duration // the longest lease granted; 0 = unbounded
@@ -23,7 +23,7 @@ func (l Limits) Clamp(askSeconds int64) time.Duration {
 	return time.Duration(askSeconds) * time.Second
 }
 
-// Deadline is the granted expiry for an ask made at now, truncated to whole
+// Deadline is the end of the lease granted for an ask made at now, truncated to whole
 // seconds (UTC) so it round-trips through the deadline annotation.
 func (l Limits) Deadline(now time.Time, askSeconds int64) time.Time {
 	return now.Add(l.Clamp(askSeconds)).Truncate(time.Second).UTC()

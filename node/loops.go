@@ -213,6 +213,9 @@ func (n *Node) reapLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			if n.pauseAtTimeout(ctx, id) {
+				continue
+			}
 			if n.remove(ctx, id, true) == nil {
 				n.metrics.reaped.Inc()
 				n.log.V(1).Info("Lease expired; sandbox destroyed", "id", id)
@@ -221,9 +224,10 @@ func (n *Node) reapLoop(ctx context.Context) {
 	}
 }
 
-// publishLoop publishes the inventory every InventoryInterval and, with a
-// debounce, soon after claim-table changes. A failed publish is logged and
-// retried at the next occasion.
+// publishLoop publishes the inventory every InventoryInterval (changes
+// reach the API servers through the change stream, GET /v1/watch; the
+// object is membership and the fallback). A failed publish is logged and
+// retried at the next tick.
 func (n *Node) publishLoop(ctx context.Context) {
 	if n.cfg.Publisher == nil {
 		<-ctx.Done()
@@ -231,10 +235,6 @@ func (n *Node) publishLoop(ctx context.Context) {
 	}
 	tick := time.NewTicker(n.cfg.InventoryInterval)
 	defer tick.Stop()
-	var (
-		last    time.Time
-		pending <-chan time.Time
-	)
 	publish := func() {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -242,7 +242,6 @@ func (n *Node) publishLoop(ctx context.Context) {
 			n.metrics.publishFailures.Inc()
 			n.log.Error(err, "Publishing the node inventory failed; retrying later")
 		}
-		last = time.Now()
 	}
 	publish()
 	for {
@@ -250,18 +249,6 @@ func (n *Node) publishLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			publish()
-		case <-n.changeCh:
-			if n.cfg.InventoryDebounce <= 0 || pending != nil {
-				continue
-			}
-			wait := n.cfg.InventoryDebounce - time.Since(last)
-			if wait < 0 {
-				wait = 0
-			}
-			pending = time.After(wait)
-		case <-pending:
-			pending = nil
 			publish()
 		}
 	}

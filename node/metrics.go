@@ -17,6 +17,7 @@ type metrics struct {
 	reaped          prometheus.Counter
 	publishFailures prometheus.Counter
 	warmEvictions   prometheus.Counter
+	probeErrors     prometheus.Counter
 	restores        *prometheus.CounterVec
 }
 
@@ -48,6 +49,8 @@ func newMetrics(n *Node) *metrics {
 		publishFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_inventory_publish_failures_total", Help: "Failed inventory publishes."}),
 		warmEvictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_warm_evictions_total",
 			Help: "Warm VMs the health sweep evicted (agent unhealthy twice in a row, or VM gone)."}),
+		probeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_health_probe_errors_total",
+			Help: "Health probes that proved nothing (the node's resource exhaustion, timeouts); never counted against a VM."}),
 		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hearth_node_sandbox_restores_total",
 			Help: "Claimed sandboxes whose agent died that the health sweep restored (Driver.Restore), by result (ok, failed)."},
 			[]string{"result"}),
@@ -58,7 +61,7 @@ func newMetrics(n *Node) *metrics {
 	for _, l := range []string{"delivered", "no_capacity", "invalid", "error"} {
 		m.claims.WithLabelValues(l)
 	}
-	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures, m.warmEvictions, m.restores,
+	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures, m.warmEvictions, m.probeErrors, m.restores,
 		tableCollector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -83,14 +86,14 @@ func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTarget, prometheus.GaugeValue, float64(p.target), k.Template, k.Net, k.Size)
 		ch <- prometheus.MustNewConstMetric(descRefill, prometheus.GaugeValue, float64(p.booting), k.Template, k.Net, k.Size)
 	}
-	var running, hib int
+	var running, paused int
 	for _, sb := range n.tab.byID {
-		if sb.rec.Hibernated {
-			hib++
+		if sb.rec.Paused {
+			paused++
 		} else {
 			running++
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descClaims, prometheus.GaugeValue, float64(running), "running")
-	ch <- prometheus.MustNewConstMetric(descClaims, prometheus.GaugeValue, float64(hib), "hibernated")
+	ch <- prometheus.MustNewConstMetric(descClaims, prometheus.GaugeValue, float64(paused), "paused")
 }

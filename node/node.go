@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
@@ -26,8 +27,14 @@ type Config struct {
 	// AdvertiseAddress is the host:port other components reach this node's
 	// API at; it is published in the inventory and /v1/info.
 	AdvertiseAddress string
-	// RootToken is the node/fleet root bearer token. Empty disables root
-	// authentication: every caller is root (development only).
+	// NodeToken is this node's own bearer token,
+	// nodeapi.NodeToken(fleetSecret, Name): what the fleet, the API
+	// surfaces and the warm-pool driver send. It grants root.
+	NodeToken string
+	// RootToken is an operator's bearer token (sandbox-dev: the fleet
+	// secret itself, <data-dir>/root-token); it grants root too. Optional:
+	// the fleet never sends it. With neither token, authentication is
+	// disabled: every caller is root (development only).
 	RootToken string
 	// DataDir holds the store, golden checkpoints and checkpoints. Required.
 	// Two nodes must not share one.
@@ -40,9 +47,6 @@ type Config struct {
 	MaxBootConcurrency int
 	// InventoryInterval is the publish cadence; default 30s.
 	InventoryInterval time.Duration
-	// InventoryDebounce, when positive, also publishes soon after a claim,
-	// release, hibernate or wake, at most once per this period.
-	InventoryDebounce time.Duration
 	// Publisher receives the inventory; nil disables publishing.
 	Publisher inventory.Publisher
 	// Logger defaults to klog.Background().
@@ -58,10 +62,20 @@ type Config struct {
 	// probes every warm VM's agent (GET /health) off the claim path and
 	// evicts (destroys, then refills) a VM that fails two sweeps in a row or
 	// whose driver reports it not running. The same sweep probes claimed,
-	// non-hibernated sandboxes and restores (Driver.Restore, never destroys)
+	// non-paused sandboxes and restores (Driver.Restore, never destroys)
 	// one that fails two sweeps in a row or whose VM is gone. Zero means
 	// DefaultWarmCheckInterval (10s); a negative value disables the sweep.
 	WarmCheckInterval time.Duration
+	// Timeouts bound each API request (Handler applies them per request;
+	// zero fields mean serve.DefaultTimeouts'). The server that serves
+	// Handler sets the header and idle timeouts and the connection cap.
+	Timeouts serve.Timeouts
+	// Quota bounds the VMs and snapshot bytes beyond the warm pools; the
+	// zero value means DefaultQuota.
+	Quota Quota
+	// StoreNoSync skips the fsync of the claim store's commits (development
+	// and benchmarks only): a power loss may then lose acknowledged claims.
+	StoreNoSync bool
 }
 
 // Node is one node daemon. Create it with New, serve Handler, call Run for
@@ -76,10 +90,12 @@ type Node struct {
 	now     func() time.Time
 
 	rootHash tokenHash
+	nodeHash tokenHash
 	dirs     dirs
 
-	mu       sync.Mutex // guards tab, inflight, closed, running
+	mu       sync.Mutex // guards tab, quotaUse, inflight, closed, running
 	tab      *table
+	quotaUse quotaUse
 	inflight int
 	closed   bool
 	running  bool
@@ -91,15 +107,18 @@ type Node struct {
 	loops  sync.WaitGroup // Run's loops
 
 	refillCh chan struct{}
-	changeCh chan struct{}
+	hub      *hub // the change stream (watch.go)
 	closeOne sync.Once
 	closeErr error
 
 	probeClient *http.Client // the warm-pool health sweep's
+	// probeTimeout bounds one health probe (warmProbeTimeout; tests
+	// shorten it).
+	probeTimeout time.Duration
 }
 
 type dirs struct {
-	data, golden, checkpoints, tmp string
+	data, golden, snapshots, tmp string
 }
 
 // New opens the node's store under cfg.DataDir, re-adopts every recorded
@@ -128,6 +147,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxBootConcurrency <= 0 {
 		cfg.MaxBootConcurrency = 4
 	}
+	if cfg.Quota == (Quota{}) {
+		cfg.Quota = DefaultQuota
+	}
 	if cfg.InventoryInterval <= 0 {
 		cfg.InventoryInterval = 30 * time.Second
 	}
@@ -148,27 +170,27 @@ func New(cfg Config) (*Node, error) {
 		log = klog.Background()
 	}
 	log = log.WithValues("node", cfg.Name)
-	if cfg.RootToken == "" {
-		log.Info("WARNING: no root token configured; root authentication is disabled (development only)")
+	if cfg.RootToken == "" && cfg.NodeToken == "" {
+		log.Info("WARNING: no node or root token configured; authentication is disabled (development only)")
 	}
 	data, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	d := dirs{data: data, golden: filepath.Join(data, "golden"), checkpoints: filepath.Join(data, "checkpoints"), tmp: filepath.Join(data, "tmp")}
+	d := dirs{data: data, golden: filepath.Join(data, "golden"), snapshots: filepath.Join(data, "snapshots"), tmp: filepath.Join(data, "tmp")}
 	// Goldens are rebuilt per run (the agent may have changed); tmp holds
-	// only the scratch checkpoints of forks in progress.
+	// only the scratch snapshots of forks in progress.
 	for _, p := range []string{d.golden, d.tmp} {
 		if err := os.RemoveAll(p); err != nil {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
-	for _, p := range []string{d.data, d.golden, d.checkpoints, d.tmp} {
+	for _, p := range []string{d.data, d.golden, d.snapshots, d.tmp} {
 		if err := os.MkdirAll(p, 0o700); err != nil {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
-	st, err := openStore(filepath.Join(data, "node.db"))
+	st, err := openStore(filepath.Join(data, "node.db"), cfg.StoreNoSync)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
@@ -182,15 +204,20 @@ func New(cfg Config) (*Node, error) {
 		now:      cfg.Now,
 		dirs:     d,
 		tab:      newTable(),
+		quotaUse: quotaUse{tree: map[string]int{}},
 		ctx:      ctx,
 		cancel:   cancel,
 		refillCh: make(chan struct{}, 1),
-		changeCh: make(chan struct{}, 1),
+		hub:      newHub(),
 
-		probeClient: newProbeClient(),
+		probeClient:  newProbeClient(),
+		probeTimeout: warmProbeTimeout,
 	}
 	if cfg.RootToken != "" {
 		n.rootHash = hashToken(cfg.RootToken)
+	}
+	if cfg.NodeToken != "" {
+		n.nodeHash = hashToken(cfg.NodeToken)
 	}
 	n.metrics = newMetrics(n)
 	if err := n.recover(ctx); err != nil {
@@ -212,24 +239,27 @@ func (n *Node) recover(ctx context.Context) error {
 		n.tab.pool(pool.Key{Template: t.Template, Net: t.Net, Size: t.Size}, true).target = t.Warm
 	}
 
-	cks, err := n.store.checkpoints()
+	cks, err := n.store.snapshots()
 	if err != nil {
 		return err
 	}
 	known := map[string]bool{}
 	for _, c := range cks {
 		if _, err := os.Stat(c.Dir); err != nil {
-			n.log.Info("Dropping checkpoint whose files are gone", "checkpoint", c.Checkpoint.ID, "dir", c.Dir)
-			_ = n.store.deleteCheckpoint(c.Checkpoint.ID)
+			n.log.Info("Dropping snapshot whose files are gone", "snapshot", c.Snapshot.ID, "dir", c.Dir)
+			_ = n.store.deleteSnapshot(c.Snapshot.ID)
 			continue
 		}
 		known[filepath.Base(c.Dir)] = true
-		n.tab.checkpoints[c.Checkpoint.ID] = &checkpoint{rec: c}
+		if c.Snapshot.Bytes == 0 { // recorded before sizes were kept
+			c.Snapshot.Bytes, _ = dirBytes(c.Dir)
+		}
+		n.tab.snapshots[c.Snapshot.ID] = &snapshot{rec: c}
 	}
-	if ents, err := os.ReadDir(n.dirs.checkpoints); err == nil {
+	if ents, err := os.ReadDir(n.dirs.snapshots); err == nil {
 		for _, e := range ents {
 			if !known[e.Name()] {
-				_ = os.RemoveAll(filepath.Join(n.dirs.checkpoints, e.Name()))
+				_ = os.RemoveAll(filepath.Join(n.dirs.snapshots, e.Name()))
 			}
 		}
 	}
@@ -248,9 +278,15 @@ func (n *Node) recover(ctx context.Context) error {
 		sem <- struct{}{}
 		go func(r record) {
 			defer func() { <-sem; wg.Done() }()
+			if r.Stopped { // paused without memory: it stays stopped until resumed
+				mu.Lock()
+				n.tab.insert(&sandbox{rec: r})
+				mu.Unlock()
+				return
+			}
 			h, err := n.driver.Restore(ctx, r.Handle)
 			switch {
-			case errors.Is(err, vmm.ErrNotRunning):
+			case vmGone(err):
 				// Its state is gone: nothing to restore, ever.
 				n.log.Error(err, "Claimed sandbox has no VM left; dropping it", "id", r.ID, "claimRef", r.ClaimRef)
 				_ = n.driver.Destroy(ctx, r.Handle)
@@ -264,6 +300,14 @@ func (n *Node) recover(ctx context.Context) error {
 				r.Handle = h
 				if err := n.store.putSandboxes(r); err != nil {
 					n.log.Error(err, "Cannot persist a restored sandbox", "id", r.ID)
+				}
+				// A VM restarted from its files has a new agent (a
+				// re-adopted one keeps its env; applying it again is
+				// harmless).
+				if len(r.Env) > 0 {
+					if err := n.initAgent(ctx, h, r.Env); err != nil {
+						n.log.Error(err, "Cannot apply env to a restored sandbox's agent", "id", r.ID)
+					}
 				}
 			}
 			mu.Lock()
@@ -302,7 +346,7 @@ func (n *Node) recover(ctx context.Context) error {
 		}
 	}
 	n.log.Info("Node state recovered", "sandboxes", len(n.tab.byID), "dropped", len(recs)-len(n.tab.byID),
-		"checkpoints", len(n.tab.checkpoints), "pools", len(n.tab.pools), "orphansDestroyed", orphans)
+		"snapshots", len(n.tab.snapshots), "pools", len(n.tab.pools), "orphansDestroyed", orphans)
 	return nil
 }
 
@@ -334,7 +378,8 @@ func (n *Node) Run(ctx context.Context) error {
 	stop := context.AfterFunc(n.ctx, cancel)
 	defer stop()
 
-	n.loops.Add(3)
+	n.loops.Add(4)
+	go func() { defer n.loops.Done(); n.watchLoop(ctx) }()
 	go func() { defer n.loops.Done(); n.refillLoop(ctx) }()
 	go func() { defer n.loops.Done(); n.reapLoop(ctx) }()
 	go func() { defer n.loops.Done(); n.publishLoop(ctx) }()
@@ -404,7 +449,7 @@ func (n *Node) close(ctx context.Context) error {
 			defer func() { <-sem; wg.Done() }()
 			sb.mu.Lock()
 			defer sb.mu.Unlock()
-			if sb.gone {
+			if sb.gone || sb.rec.Stopped {
 				return
 			}
 			h, err := n.driver.Stop(dctx, sb.rec.Handle)
@@ -471,15 +516,11 @@ func (n *Node) kickRefill() {
 	case n.refillCh <- struct{}{}:
 	default:
 	}
+	n.hub.wake()
 }
 
-// changed notes a claim-table change for the debounced publisher.
-func (n *Node) changed() {
-	select {
-	case n.changeCh <- struct{}{}:
-	default:
-	}
-}
+// changed notes a claim-table change for the change stream.
+func (n *Node) changed() { n.hub.wake() }
 
 func randHex(nbytes int) string {
 	b := make([]byte, nbytes)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,12 +14,13 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 var bg = context.Background()
 
-func pools(template string, warm int32) []PoolSpec {
-	return []PoolSpec{{Template: template, Warm: warm}}
+func pools(template string, warm int32) []nodeapi.PoolSpec {
+	return []nodeapi.PoolSpec{{Template: template, Warm: warm}}
 }
 
 // Under -race: 1000 concurrent claims against a pool of 200 deliver exactly
@@ -48,7 +50,7 @@ func TestClaim_ConcurrentClaimsDeliverEachWarmVMOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			res, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/same"})
+			res, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: fmt.Sprintf("ns/s%d", i)})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -57,7 +59,7 @@ func TestClaim_ConcurrentClaimsDeliverEachWarmVMOnce(t *testing.T) {
 					t.Errorf("delivered twice: %+v", res)
 				}
 				ids[res.ID], tokens[res.Token] = true, true
-			case errors.Is(err, ErrNoCapacity):
+			case errors.Is(err, nodeapi.ErrNoCapacity):
 				noCap.Add(1)
 			default:
 				otherErrs = append(otherErrs, err)
@@ -72,9 +74,9 @@ func TestClaim_ConcurrentClaimsDeliverEachWarmVMOnce(t *testing.T) {
 	if len(ids) != 200 || noCap.Load() != claims-200 {
 		t.Fatalf("delivered %d, 429s %d; want 200 and %d", len(ids), noCap.Load(), claims-200)
 	}
-	list, err := tn.root.GetByRef(bg, "ns/same")
+	list, err := tn.root.List(bg)
 	if err != nil || len(list) != 200 {
-		t.Fatalf("by ref: %d %v", len(list), err)
+		t.Fatalf("list: %d %v", len(list), err)
 	}
 	vms := map[string]bool{}
 	tn.mu.Lock()
@@ -90,8 +92,8 @@ func TestClaim_ConcurrentClaimsDeliverEachWarmVMOnce(t *testing.T) {
 func TestClaim_NeverBootsAndAnswers429(t *testing.T) {
 	drv := newFakeDriver()
 	tn := startNode(t, drv, nil)
-	_, err := tn.root.Claim(bg, ClaimRequest{Template: "img"})
-	if StatusOf(err) != http.StatusTooManyRequests || !errors.Is(err, ErrNoCapacity) {
+	_, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"})
+	if nodeapi.StatusOf(err) != http.StatusTooManyRequests || !errors.Is(err, nodeapi.ErrNoCapacity) {
 		t.Fatalf("claim on an empty node: %v", err)
 	}
 	if drv.Boots.Load()+drv.Clones.Load() != 0 {
@@ -126,11 +128,11 @@ func TestAuth(t *testing.T) {
 	tn.waitWarm(t, "img", 2)
 	drv.HoldClones()
 	defer drv.ReleaseClones()
-	a, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/a"})
+	a, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/b"})
+	b, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +146,7 @@ func TestAuth(t *testing.T) {
 		{"unknown token release", "POST", "/v1/sandboxes/" + a.ID + "/release", "nope", "", 401},
 		{"other sandbox's token get", "GET", "/v1/sandboxes/" + a.ID, b.Token, "", 404},
 		{"other sandbox's token release", "POST", "/v1/sandboxes/" + a.ID + "/release", b.Token, "", 404},
-		{"other sandbox's token hibernate", "POST", "/v1/sandboxes/" + a.ID + "/hibernate", b.Token, "", 404},
+		{"other sandbox's token pause", "POST", "/v1/sandboxes/" + a.ID + "/pause", b.Token, "", 404},
 		{"other sandbox's token renew", "POST", "/v1/sandboxes/" + a.ID + "/renew", b.Token, `{"ttl_seconds":5}`, 404},
 		{"own token get", "GET", "/v1/sandboxes/" + a.ID, a.Token, "", 200},
 		{"own token stats", "GET", "/v1/sandboxes/" + a.ID + "/stats", a.Token, "", 200},
@@ -166,7 +168,7 @@ func TestAuth(t *testing.T) {
 				t.Fatalf("%s %s = %d %s, want %d", tc.method, tc.path, code, body, tc.want)
 			}
 			if code >= 400 {
-				var e Error
+				var e nodeapi.Error
 				if json.Unmarshal([]byte(body), &e) != nil || e.Error == "" {
 					t.Fatalf("error body is not JSON: %q", body)
 				}
@@ -175,21 +177,21 @@ func TestAuth(t *testing.T) {
 	}
 	// Nothing the refused calls asked for happened.
 	got, err := tn.root.Get(bg, a.ID)
-	if err != nil || got.Hibernated || !got.Deadline.Equal(a.Deadline) {
+	if err != nil || got.Paused || !got.Deadline.Equal(a.Deadline) {
 		t.Fatalf("a after refused calls: %+v %v", got, err)
 	}
 	if got.Token != a.Token {
 		t.Fatal("root read lacks the token")
 	}
-	own, err := NewClient(u, a.Token).Get(bg, a.ID)
+	own, err := nodeapi.NewClient(u, a.Token).Get(bg, a.ID)
 	if err != nil || own.Token != "" {
 		t.Fatalf("own-token read: %+v %v", own, err)
 	}
 	// The sandbox's own token may release it.
-	if err := NewClient(u, a.Token).Release(bg, a.ID); err != nil {
+	if err := nodeapi.NewClient(u, a.Token).Release(bg, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tn.root.Get(bg, a.ID); StatusOf(err) != 404 {
+	if _, err := tn.root.Get(bg, a.ID); nodeapi.StatusOf(err) != 404 {
 		t.Fatalf("released sandbox still there: %v", err)
 	}
 }
@@ -207,7 +209,7 @@ func TestPools_ValidationAndDrain(t *testing.T) {
 			t.Errorf("PUT %s = %d %s", body, code, resp)
 		}
 	}
-	if _, err := tn.root.PutPools(bg, []PoolSpec{{Template: "a", Warm: 3}, {Template: "b", Net: "egress", Size: "medium", Warm: 1}}); err != nil {
+	if _, err := tn.root.PutPools(bg, []nodeapi.PoolSpec{{Template: "a", Warm: 3}, {Template: "b", Net: "egress", Size: "medium", Warm: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	tn.waitWarm(t, "a", 3)
@@ -216,7 +218,7 @@ func TestPools_ValidationAndDrain(t *testing.T) {
 		t.Fatalf("boots %d clones %d: want one golden boot per pool and clones for the rest", b, c)
 	}
 	info, _ := tn.root.Info(bg)
-	if len(info.Pools) != 2 || info.Pools[1] != (PoolInfo{Template: "b", Net: "egress", Size: "medium", Warm: 1, Target: 1}) {
+	if len(info.Pools) != 2 || info.Pools[1] != (nodeapi.PoolInfo{Template: "b", Net: "egress", Size: "medium", Warm: 1, Target: 1}) {
 		t.Fatalf("info pools = %+v", info.Pools)
 	}
 	// Scale a down, leave b out (drain).
@@ -244,37 +246,37 @@ func waitFor(t testing.TB, cond func() bool) {
 	}
 }
 
-func TestForkCheckpointBranch(t *testing.T) {
+func TestForkSnapshotClaim(t *testing.T) {
 	drv := newFakeDriver()
 	tn := startNode(t, drv, nil)
 	if _, err := tn.root.PutPools(bg, pools("img", 1)); err != nil {
 		t.Fatal(err)
 	}
 	tn.waitWarm(t, "img", 1)
-	p, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "team/parent"})
+	p, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "team/parent"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kids, err := tn.root.Fork(bg, p.ID, ForkRequest{Count: 3, TTLSeconds: 60})
+	kids, err := tn.root.Fork(bg, p.ID, nodeapi.ForkRequest{Count: 3, TTLSeconds: 60})
 	if err != nil || len(kids) != 3 {
 		t.Fatalf("fork: %v %v", kids, err)
 	}
-	for _, c := range kids {
-		if c.ClaimRef != "team/"+c.ID || c.ID == p.ID || c.Token == p.Token {
+	for i, c := range kids {
+		if c.ClaimRef != fmt.Sprintf("team/parent-fork-%d", i+1) || c.ID == p.ID || c.Token == p.Token {
 			t.Fatalf("child %+v", c)
 		}
 		if got, err := tn.root.GetByRef(bg, c.ClaimRef); err != nil || len(got) != 1 || got[0].ID != c.ID {
 			t.Fatalf("child by ref: %v %v", got, err)
 		}
 	}
-	if _, err := tn.root.Fork(bg, p.ID, ForkRequest{Count: 17}); StatusOf(err) != 400 {
+	if _, err := tn.root.Fork(bg, p.ID, nodeapi.ForkRequest{Count: 17}); nodeapi.StatusOf(err) != 400 {
 		t.Fatalf("fork 17: %v", err)
 	}
 
 	// All or nothing: one failing clone, nothing recorded or left running.
 	before, vmsBefore := len(mustList(t, tn)), drv.Len()
 	drv.FailClones(1)
-	if _, err := tn.root.Fork(bg, p.ID, ForkRequest{Count: 3}); StatusOf(err) != 500 {
+	if _, err := tn.root.Fork(bg, p.ID, nodeapi.ForkRequest{Count: 3}); nodeapi.StatusOf(err) != 500 {
 		t.Fatalf("fork with a failing clone: %v", err)
 	}
 	if got := len(mustList(t, tn)); got != before {
@@ -282,53 +284,53 @@ func TestForkCheckpointBranch(t *testing.T) {
 	}
 	waitFor(t, func() bool { return drv.Len() <= vmsBefore+1 }) // +1: the refill of the claimed warm VM
 
-	if err := tn.root.Hibernate(bg, p.ID); err != nil {
+	if err := tn.root.Pause(bg, p.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := tn.root.Hibernate(bg, p.ID); err != nil {
-		t.Fatalf("hibernate is not idempotent: %v", err)
+	if err := tn.root.Pause(bg, p.ID); err != nil {
+		t.Fatalf("pause is not idempotent: %v", err)
 	}
-	if _, err := tn.root.Fork(bg, p.ID, ForkRequest{}); StatusOf(err) != 409 {
-		t.Fatalf("fork of a hibernated sandbox: %v", err)
+	if _, err := tn.root.Fork(bg, p.ID, nodeapi.ForkRequest{}); nodeapi.StatusOf(err) != 409 {
+		t.Fatalf("fork of a paused sandbox: %v", err)
 	}
-	ck1, err := tn.root.Checkpoint(bg, p.ID, "first")
-	if err != nil || !strings.HasPrefix(ck1.ID, "ck_") || ck1.SandboxID != p.ID || ck1.Name != "first" || ck1.Key.Template != "img" || ck1.Node != "n1" {
-		t.Fatalf("checkpoint: %+v %v", ck1, err)
+	ck1, err := tn.root.Snapshot(bg, p.ID, "first")
+	if err != nil || !strings.HasPrefix(ck1.ID, "sn_") || ck1.SandboxID != p.ID || ck1.Name != "first" || ck1.Key.Template != "img" || ck1.Node != "n1" {
+		t.Fatalf("snapshot: %+v %v", ck1, err)
 	}
-	if err := tn.root.Wake(bg, p.ID); err != nil {
+	if err := tn.root.Resume(bg, p.ID); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond)
-	ck2, err := tn.root.Checkpoint(bg, p.ID, "")
+	ck2, err := tn.root.Snapshot(bg, p.ID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cks, err := tn.root.Checkpoints(bg)
+	cks, err := tn.root.Snapshots(bg)
 	if err != nil || len(cks) != 2 || cks[0].ID != ck2.ID || cks[1].ID != ck1.ID {
-		t.Fatalf("checkpoints not newest first: %+v %v", cks, err)
+		t.Fatalf("snapshots not newest first: %+v %v", cks, err)
 	}
-	br, err := tn.root.Branch(bg, ck1.ID, 30)
+	br, err := tn.root.ClaimSnapshot(bg, ck1.ID, 30)
 	if err != nil || br.ClaimRef != "" || br.Template != "img" {
-		t.Fatalf("branch: %+v %v", br, err)
+		t.Fatalf("snapshot claim: %+v %v", br, err)
 	}
 	if got, err := tn.root.Get(bg, br.ID); err != nil || got.ClaimRef != "" {
-		t.Fatalf("branch lookup: %+v %v", got, err)
+		t.Fatalf("snapshot claim lookup: %+v %v", got, err)
 	}
-	if err := tn.root.DeleteCheckpoint(bg, ck1.ID); err != nil {
+	if err := tn.root.DeleteSnapshot(bg, ck1.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := tn.root.DeleteCheckpoint(bg, ck1.ID); StatusOf(err) != 404 {
+	if err := tn.root.DeleteSnapshot(bg, ck1.ID); nodeapi.StatusOf(err) != 404 {
 		t.Fatalf("second delete: %v", err)
 	}
-	if _, err := tn.root.Branch(bg, ck1.ID, 0); StatusOf(err) != 404 {
-		t.Fatalf("branch from a deleted checkpoint: %v", err)
+	if _, err := tn.root.ClaimSnapshot(bg, ck1.ID, 0); nodeapi.StatusOf(err) != 404 {
+		t.Fatalf("snapshot claim from a deleted snapshot: %v", err)
 	}
 	inv := tn.Inventory()
 	var names []string
 	for _, e := range inv.Entries {
 		names = append(names, e.Name)
 	}
-	if len(inv.Entries) != 5 || inv.Entries[0].Name != "default/"+br.ID {
+	if len(inv.Entries) != 5 || inv.Entries[0].Name != "default/"+nodeapi.DNSName(br.ID) {
 		t.Fatalf("inventory entries %v", names)
 	}
 	for i := 1; i < len(names); i++ {
@@ -338,7 +340,7 @@ func TestForkCheckpointBranch(t *testing.T) {
 	}
 }
 
-func mustList(t *testing.T, tn *testNode) []Sandbox {
+func mustList(t *testing.T, tn *testNode) []nodeapi.Sandbox {
 	t.Helper()
 	l, err := tn.root.List(bg)
 	if err != nil {
@@ -354,11 +356,11 @@ func TestRenewAndReaper(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn.waitWarm(t, "img", 3)
-	short, err := tn.root.Claim(bg, ClaimRequest{Template: "img", TTLSeconds: 1})
+	short, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", TTLSeconds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	renewed, err := tn.root.Claim(bg, ClaimRequest{Template: "img", TTLSeconds: 1})
+	renewed, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", TTLSeconds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,26 +368,29 @@ func TestRenewAndReaper(t *testing.T) {
 	if err != nil || !dl.After(renewed.Deadline) || dl.After(time.Now().Add(time.Hour+time.Second)) {
 		t.Fatalf("renew: %v %v", dl, err)
 	}
-	long, err := tn.root.Claim(bg, ClaimRequest{Template: "img"})
+	long, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Until(long.Deadline); d < 58*time.Second || d > time.Minute {
 		t.Fatalf("default lease: %v", d)
 	}
-	waitFor(t, func() bool { _, err := tn.root.Get(bg, short.ID); return StatusOf(err) == 404 })
+	waitFor(t, func() bool { _, err := tn.root.Get(bg, short.ID); return nodeapi.StatusOf(err) == 404 })
 	if _, err := tn.root.Get(bg, renewed.ID); err != nil {
 		t.Fatalf("renewed sandbox was reaped: %v", err)
 	}
-	if _, err := tn.root.Renew(bg, short.ID, 5); StatusOf(err) != 404 {
+	if _, err := tn.root.Renew(bg, short.ID, 5); nodeapi.StatusOf(err) != 404 {
 		t.Fatalf("renew of a reaped sandbox: %v", err)
 	}
-	if _, err := tn.root.Renew(bg, renewed.ID, -1); StatusOf(err) != 400 {
+	if _, err := tn.root.Renew(bg, renewed.ID, -1); nodeapi.StatusOf(err) != 400 {
 		t.Fatalf("negative renew: %v", err)
 	}
 }
 
-func TestPublisher_IntervalAndDebounce(t *testing.T) {
+// The inventory is published on its cadence only (changes travel on the
+// change stream): a failed publish is retried at the next tick, and the
+// next publish after a claim carries it.
+func TestPublisher_IntervalRetriesAndCarriesClaims(t *testing.T) {
 	drv := newFakeDriver()
 	var (
 		mu    sync.Mutex
@@ -404,8 +409,7 @@ func TestPublisher_IntervalAndDebounce(t *testing.T) {
 	})
 	tn := startNode(t, drv, func(c *Config) {
 		c.Publisher = pub
-		c.InventoryInterval = 300 * time.Millisecond
-		c.InventoryDebounce = 20 * time.Millisecond
+		c.InventoryInterval = 100 * time.Millisecond
 		c.AdvertiseAddress = "127.0.0.1:7070"
 	})
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
@@ -414,9 +418,8 @@ func TestPublisher_IntervalAndDebounce(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn.waitWarm(t, "img", 1)
-	time.Sleep(50 * time.Millisecond)
 	c0 := count()
-	res, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/x"})
+	res, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +449,7 @@ func TestClose_DestroysWarmStopsClaimedAnd503(t *testing.T) {
 	tn.waitWarm(t, "img", 2)
 	drv.HoldClones()
 	defer drv.ReleaseClones()
-	if _, err := tn.root.Claim(bg, ClaimRequest{Template: "img"}); err != nil {
+	if _, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"}); err != nil {
 		t.Fatal(err)
 	}
 	tn.cancel()
@@ -457,13 +460,13 @@ func TestClose_DestroysWarmStopsClaimedAnd503(t *testing.T) {
 	if drv.Len() != 1 {
 		t.Fatalf("after Close the driver holds %d VMs, want the claimed one", drv.Len())
 	}
-	if _, err := tn.root.Info(bg); StatusOf(err) != 503 {
+	if _, err := tn.root.Info(bg); nodeapi.StatusOf(err) != 503 {
 		t.Fatalf("info after Close: %v", err)
 	}
 }
 
 // A node that dies without Close leaves its claimed sandboxes, deadlines and
-// checkpoints to the next node on the same data dir, which destroys the
+// snapshots to the next node on the same data dir, which destroys the
 // warm VMs nobody owns.
 func TestRestart_FakeDriver(t *testing.T) {
 	drv := newFakeDriver()
@@ -474,12 +477,12 @@ func TestRestart_FakeDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.waitWarm(t, "img", 3)
-	c1, _ := a.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/one", TTLSeconds: 600, Metadata: map[string]string{"k": "v"}})
-	c2, _ := a.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/two"})
-	if err := a.root.Hibernate(bg, c2.ID); err != nil {
+	c1, _ := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/one", TTLSeconds: 600, Metadata: map[string]string{"k": "v"}})
+	c2, _ := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/two"})
+	if err := a.root.Pause(bg, c2.ID); err != nil {
 		t.Fatal(err)
 	}
-	ck, err := a.root.Checkpoint(bg, c1.ID, "snap")
+	ck, err := a.root.Snapshot(bg, c1.ID, "snap")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,14 +494,14 @@ func TestRestart_FakeDriver(t *testing.T) {
 	if err != nil || !got.Deadline.Equal(c1.Deadline) || got.Metadata["k"] != "v" || got.ClaimRef != "ns/one" {
 		t.Fatalf("c1 after restart: %+v %v", got, err)
 	}
-	if got, err := b.root.Get(bg, c2.ID); err != nil || !got.Hibernated {
+	if got, err := b.root.Get(bg, c2.ID); err != nil || !got.Paused {
 		t.Fatalf("c2 after restart: %+v %v", got, err)
 	}
-	if cks, err := b.root.Checkpoints(bg); err != nil || len(cks) != 1 || cks[0].ID != ck.ID {
-		t.Fatalf("checkpoints after restart: %+v %v", cks, err)
+	if cks, err := b.root.Snapshots(bg); err != nil || len(cks) != 1 || cks[0].ID != ck.ID {
+		t.Fatalf("snapshots after restart: %+v %v", cks, err)
 	}
-	if br, err := b.root.Branch(bg, ck.ID, 0); err != nil {
-		t.Fatalf("branch after restart: %+v %v", br, err)
+	if br, err := b.root.ClaimSnapshot(bg, ck.ID, 0); err != nil {
+		t.Fatalf("snapshot claim after restart: %+v %v", br, err)
 	}
 	// The pool target survived; the old warm VMs were destroyed and refilled.
 	b.waitWarm(t, "img", 3)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
 )
@@ -53,23 +54,19 @@ func (n *Node) lookup(id string) *sandbox {
 	return n.tab.byID[id]
 }
 
-// row renders a sandbox for lookups; call with n.mu held.
-func (n *Node) row(sb *sandbox, withToken bool) Sandbox {
-	r := sb.rec
-	s := Sandbox{
-		ID: r.ID, Template: r.Key.Template, Net: r.Key.Net, Size: r.Key.Size, ClaimRef: r.ClaimRef,
-		Addr: r.Handle.Addr, Deadline: r.Deadline, ClaimedAt: r.ClaimedAt, Hibernated: r.Hibernated,
-		Metadata: r.Metadata, Node: n.cfg.Name,
+// wire renders a record as the one sandbox record of the node API. The
+// token is included for the claim that delivered it and root lookups by id.
+func (n *Node) wire(r record, withToken bool) nodeapi.Sandbox {
+	s := nodeapi.Sandbox{
+		ID: r.ID, Node: n.cfg.Name, NodeAddr: n.cfg.AdvertiseAddress,
+		Template: r.Key.Template, Net: r.Key.Net, Size: r.Key.Size, ClaimRef: r.ClaimRef,
+		AgentAddr: r.Handle.Addr, Deadline: r.Deadline, ClaimedAt: r.ClaimedAt, Paused: r.Paused,
+		Metadata: r.Metadata, Version: r.Version, Object: r.Object, Lifecycle: r.Lifecycle,
 	}
 	if withToken {
 		s.Token = r.Handle.Token
 	}
 	return s
-}
-
-func (n *Node) result(r record) ClaimResult {
-	return ClaimResult{ID: r.ID, Token: r.Handle.Token, Deadline: r.Deadline, OwnerAddr: r.Handle.Addr,
-		ClaimedAt: r.ClaimedAt, Node: n.cfg.Name, ClaimRef: r.ClaimRef, Template: r.Key.Template}
 }
 
 // newSandboxID returns an unused claim id; call with n.mu held.
@@ -84,7 +81,7 @@ func (n *Node) newSandboxID() string {
 
 // claim transfers one warm VM of in.key to a new sandbox. It never boots:
 // with no warm VM it fails with 429.
-func (n *Node) claim(ctx context.Context, in claimInput) (ClaimResult, error) {
+func (n *Node) claim(ctx context.Context, in claimInput) (nodeapi.Sandbox, error) {
 	start := time.Now()
 	res, err := n.claimWarm(ctx, in)
 	n.metrics.claimSeconds.Observe(time.Since(start).Seconds())
@@ -99,32 +96,39 @@ func (n *Node) claim(ctx context.Context, in claimInput) (ClaimResult, error) {
 	return res, err
 }
 
-func (n *Node) claimWarm(ctx context.Context, in claimInput) (ClaimResult, error) {
+func (n *Node) claimWarm(ctx context.Context, in claimInput) (nodeapi.Sandbox, error) {
 	now := n.now().UTC()
 	sb := &sandbox{}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	n.mu.Lock()
+	// The name check and the claim are one step under the table's lock: of
+	// two claims of one ref, exactly one is delivered.
+	if held := n.tab.holder(in.ref); in.ref != "" && held != nil {
+		n.mu.Unlock()
+		return nodeapi.Sandbox{}, errRefHeld(in.ref, held.rec.ID)
+	}
 	h, ok := n.tab.take(in.key)
 	if !ok {
 		n.mu.Unlock()
-		return ClaimResult{}, errorf(http.StatusTooManyRequests, "no warm sandbox on node %s for pool (%s)", n.cfg.Name, in.key)
+		return nodeapi.Sandbox{}, errorf(http.StatusTooManyRequests, "no warm sandbox on node %s for pool (%s)", n.cfg.Name, in.key)
 	}
 	sb.rec = record{ID: n.newSandboxID(), Key: in.key, Handle: h, ClaimRef: in.ref,
-		Deadline: n.limits.Deadline(now, in.ttl), ClaimedAt: now.Truncate(time.Second), Metadata: in.metadata}
+		Deadline: n.limits.Deadline(now, in.ttl), ClaimedAt: now.Truncate(time.Second), Metadata: in.metadata,
+		Version: 1, Object: in.object, Lifecycle: in.life, Env: in.env}
 	n.tab.insert(sb)
 	rec := sb.rec
 	n.mu.Unlock()
 	n.kickRefill()
 
-	undo := func(cause error) (ClaimResult, error) {
+	undo := func(cause error) (nodeapi.Sandbox, error) {
 		n.mu.Lock()
 		n.tab.remove(rec.ID)
 		n.mu.Unlock()
 		sb.gone = true
 		_ = n.store.deleteSandbox(rec.ID)
 		n.destroyAsync(h, "claim failed")
-		return ClaimResult{}, cause
+		return nodeapi.Sandbox{}, cause
 	}
 	if err := n.store.putSandboxes(rec); err != nil {
 		return undo(fmt.Errorf("recording the claim: %w", err))
@@ -135,7 +139,12 @@ func (n *Node) claimWarm(ctx context.Context, in claimInput) (ClaimResult, error
 		}
 	}
 	n.changed()
-	return n.result(rec), nil
+	return n.wire(rec, true), nil
+}
+
+// errRefHeld is the 409 of a claim whose claim ref a live sandbox holds.
+func errRefHeld(ref, id string) error {
+	return errorf(http.StatusConflict, "claim_ref %s is held by sandbox %s", ref, id)
 }
 
 // initAgent posts env to the agent's /init. An agent without /init (404) is
@@ -196,6 +205,7 @@ func (n *Node) remove(ctx context.Context, id string, onlyExpired bool) error {
 	if err := n.driver.Destroy(context.WithoutCancel(ctx), h); err != nil {
 		n.log.Error(err, "Destroying a released sandbox", "id", id, "vm", h.ID)
 	}
+	n.releaseSnapshots(id)
 	n.changed()
 	return nil
 }
@@ -214,36 +224,61 @@ func (n *Node) withSandbox(id string, f func(sb *sandbox) error) error {
 	return f(sb)
 }
 
-// update applies mut to sb's record under the table lock and persists it.
+// update applies mut to sb's record under the table lock, counts the
+// change (Version) and persists it.
 func (n *Node) update(sb *sandbox, mut func(r *record)) (record, error) {
 	n.mu.Lock()
 	mut(&sb.rec)
+	sb.rec.Version++
 	rec := sb.rec
 	n.mu.Unlock()
 	return rec, n.store.putSandboxes(rec)
 }
 
-func (n *Node) setHibernated(ctx context.Context, id string, hibernate bool) error {
+// setPaused pauses (with memory) or resumes sandbox id; idempotent.
+func (n *Node) setPaused(ctx context.Context, id string, pause bool) error {
+	return n.pause(ctx, id, pause, true)
+}
+
+// pause pauses sandbox id — keeping memory, or stopped (see
+// nodeapi.PauseRequest) — or resumes it; idempotent.
+func (n *Node) pause(ctx context.Context, id string, pause, keepMemory bool) error {
 	return n.withSandbox(id, func(sb *sandbox) error {
 		n.mu.Lock()
-		cur, h := sb.rec.Hibernated, sb.rec.Handle
+		cur, stopped, h := sb.rec.Paused, sb.rec.Stopped, sb.rec.Handle
 		n.mu.Unlock()
-		if cur == hibernate {
+		if cur == pause {
 			return nil
 		}
 		var err error
-		if hibernate {
+		switch {
+		case pause && keepMemory:
 			h, err = n.driver.Pause(ctx, h)
-		} else {
+		case pause:
+			h, err = n.driver.Stop(ctx, h)
+		case stopped:
+			h, err = n.driver.Restore(ctx, h)
+		default:
 			h, err = n.driver.Resume(ctx, h)
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := n.update(sb, func(r *record) { r.Handle, r.Hibernated = h, hibernate }); err != nil {
+		rec, err := n.update(sb, func(r *record) {
+			r.Handle, r.Paused, r.Stopped = h, pause, pause && !keepMemory
+			n.resumeLease(r)
+		})
+		if err != nil {
 			return err
 		}
 		n.changed()
+		if stopped && !pause && len(rec.Env) > 0 {
+			// A VM restored from its files has a new agent: give it the
+			// claim's env again.
+			if err := n.initAgent(ctx, h, rec.Env); err != nil {
+				return fmt.Errorf("resumed, but applying env to the sandbox agent: %w", err)
+			}
+		}
 		return nil
 	})
 }
@@ -259,17 +294,47 @@ func (n *Node) renew(id string, ttl int64) (time.Time, error) {
 	return dl, err
 }
 
-func (n *Node) stats(ctx context.Context, id string) (Stats, error) {
-	var out Stats
+// setLabels replaces sandbox id's recorded labels, annotations and managed
+// fields; a non-zero req.Version must be the record's current one (409).
+func (n *Node) setLabels(id string, req nodeapi.LabelsRequest) (nodeapi.Sandbox, error) {
+	var out nodeapi.Sandbox
 	err := n.withSandbox(id, func(sb *sandbox) error {
 		n.mu.Lock()
-		h, hib := sb.rec.Handle, sb.rec.Hibernated
+		cur := sb.rec.Version
 		n.mu.Unlock()
+		if req.Version != 0 && req.Version != cur {
+			return errorf(http.StatusConflict, "sandbox %s is at version %d, not %d", id, cur, req.Version)
+		}
+		rec, err := n.update(sb, func(r *record) {
+			r.Object.Labels, r.Object.Annotations, r.Object.ManagedFields = req.Labels, req.Annotations, req.ManagedFields
+		})
+		if err != nil {
+			return err
+		}
+		out = n.wire(rec, false)
+		n.changed()
+		return nil
+	})
+	return out, err
+}
+
+func (n *Node) stats(ctx context.Context, id string) (nodeapi.Stats, error) {
+	var out nodeapi.Stats
+	err := n.withSandbox(id, func(sb *sandbox) error {
+		n.mu.Lock()
+		h, paused, stopped := sb.rec.Handle, sb.rec.Paused, sb.rec.Stopped
+		n.mu.Unlock()
+		if stopped {
+			out = nodeapi.Stats{ID: id, Paused: true, MeasuredAt: n.now().UTC()} // no VM to measure
+			return nil
+		}
 		s, err := n.driver.Stats(ctx, h)
 		if err != nil {
 			return err
 		}
-		out = Stats{ID: id, Stats: s, Hibernated: hib}
+		out = nodeapi.Stats{ID: id, CPUCount: s.CPUCount, MemTotalBytes: s.MemTotalBytes, MemUsedBytes: s.MemUsedBytes,
+			MemUsedMeasured: s.MemUsedMeasured, RSSBytes: s.RSSBytes, PrivateBytes: s.PrivateBytes, SharedBytes: s.SharedBytes,
+			CPUSeconds: s.CPUSeconds, MeasuredAt: s.MeasuredAt, Paused: paused}
 		return nil
 	})
 	return out, err
@@ -283,39 +348,87 @@ func namespaceOf(ref string) string {
 	return "default"
 }
 
-// fork snapshots sandbox id into a scratch checkpoint and clones count
+// fork snapshots sandbox id into a scratch directory and clones count
 // children from it, all or nothing.
-func (n *Node) fork(ctx context.Context, id string, count int, ttl int64) ([]ClaimResult, error) {
+func (n *Node) fork(ctx context.Context, id string, count int, ttl int64) ([]nodeapi.Sandbox, error) {
 	scratch := filepath.Join(n.dirs.tmp, "fork-"+randHex(8))
 	defer os.RemoveAll(scratch)
 	var parent record
+	var child lineage
+	release := func() {} // the quota reservation, held until the children are recorded
+	defer func() { release() }()
 	err := n.withSandbox(id, func(sb *sandbox) error {
 		n.mu.Lock()
 		parent = sb.rec
 		n.mu.Unlock()
-		if parent.Hibernated {
-			return errorf(http.StatusConflict, "sandbox %s is hibernated; wake it before forking", id)
+		if parent.Paused {
+			return errorf(http.StatusConflict, "sandbox %s is paused; resume it before forking", id)
 		}
+		c, rel, err := n.reserveFork(parent, count)
+		if err != nil {
+			return err
+		}
+		child, release = c, rel
 		return n.driver.Snapshot(ctx, parent.Handle, scratch)
 	})
 	if err != nil {
 		return nil, err
 	}
-	ns := namespaceOf(parent.ClaimRef)
-	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, func(childID string) string { return ns + "/" + childID }, "")
+	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), child)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ClaimResult, len(recs))
+	out := make([]nodeapi.Sandbox, len(recs))
 	for i, r := range recs {
-		out[i] = n.result(r)
+		out[i] = n.wire(r, true)
 	}
 	return out, nil
 }
 
-// cloneN clones count new sandboxes from the checkpoint in dir, records
+// forkRefs names a fork's children "<ns>/<parent>-fork-<n>": the first n
+// from 1 whose name no sandbox of this node holds (call with n.mu held).
+// A parent without a claim ref is named by its claim id made DNS-safe.
+func (n *Node) forkRefs(parent record) func(string) string {
+	ns, base := namespaceOf(parent.ClaimRef), ""
+	if _, name, ok := strings.Cut(parent.ClaimRef, "/"); ok {
+		base = name
+	} else {
+		base = nodeapi.DNSName(parent.ID)
+	}
+	next := 1
+	return func(string) string {
+		for ; ; next++ {
+			if ref := ns + "/" + forkName(base, next); n.tab.holder(ref) == nil {
+				next++
+				return ref
+			}
+		}
+	}
+}
+
+// forkName is the name of a fork's nth child of parent: "<parent>-fork-<n>",
+// the parent part cut so the whole stays a DNS-1123 subdomain (at most 253
+// characters, ending alphanumeric).
+func forkName(parent string, n int) string {
+	suffix := fmt.Sprintf("-fork-%d", n)
+	if max := 253 - len(suffix); len(parent) > max {
+		parent = strings.TrimRight(parent[:max], "-.")
+	}
+	return parent + suffix
+}
+
+// childObject is what a clone inherits of its parent's object: labels,
+// annotations and spec; its managed fields start empty.
+func childObject(o nodeapi.Object) nodeapi.Object {
+	o.ManagedFields = nil
+	return o
+}
+
+// cloneN clones count new sandboxes from the VM snapshot in dir, records
 // them and returns their records; on any failure it destroys what it made.
-func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromCk string) ([]record, error) {
+// refOf names each new sandbox (called with n.mu held, after every earlier
+// child is inserted); nil leaves them unnamed. lin places them in a fork tree.
+func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, lin lineage) ([]record, error) {
 	handles := make([]vmm.Handle, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
@@ -343,9 +456,21 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	n.mu.Lock()
 	for i, h := range handles {
 		id := n.newSandboxID()
-		r := record{ID: id, Key: k, Handle: h, Deadline: n.limits.Deadline(now, ttl), ClaimedAt: now.Truncate(time.Second), Checkpoint: fromCk}
+		r := record{ID: id, Key: k, Handle: h, Deadline: n.limits.Deadline(now, ttl), ClaimedAt: now.Truncate(time.Second),
+			Snapshot: fromSnapshot, Version: 1, Object: obj, Tree: lin.tree, Depth: lin.depth}
 		if refOf != nil {
 			r.ClaimRef = refOf(id)
+		}
+		if held := n.tab.holder(r.ClaimRef); r.ClaimRef != "" && held != nil {
+			// Only a named snapshot claim can get here: undo this batch.
+			for _, done := range recs[:i] {
+				n.tab.remove(done.ID)
+			}
+			n.mu.Unlock()
+			for _, h := range handles {
+				n.destroyAsync(h, "claim ref held")
+			}
+			return nil, errRefHeld(r.ClaimRef, held.rec.ID)
 		}
 		recs[i] = r
 		n.tab.insert(&sandbox{rec: r})
@@ -368,41 +493,68 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	return recs, nil
 }
 
-// checkpoint snapshots sandbox id into a named checkpoint; the source keeps running.
-func (n *Node) checkpoint(ctx context.Context, id, name string) (Checkpoint, error) {
-	var ck ckRecord
+// snapshot snapshots sandbox id into a named snapshot; the source keeps
+// running. A snapshot not kept is removed with its sandbox. The node's
+// snapshot bytes stay within Quota.MaxSnapshotBytes (429).
+func (n *Node) snapshot(ctx context.Context, id, name string, kept bool) (nodeapi.Snapshot, error) {
+	var sr snapRecord
 	err := n.withSandbox(id, func(sb *sandbox) error {
 		n.mu.Lock()
 		src := sb.rec
 		n.mu.Unlock()
-		ckID := "ck_" + randHex(8)
-		ck = ckRecord{
-			Checkpoint: Checkpoint{ID: ckID, Name: name, SandboxID: id,
-				Key:       Key{Template: src.Key.Template, Net: src.Key.Net, Size: src.Key.Size},
-				CreatedAt: n.now().UTC(), Node: n.cfg.Name},
-			Dir: filepath.Join(n.dirs.checkpoints, ckID),
+		if src.Stopped {
+			return errorf(http.StatusConflict, "sandbox %s is paused without memory; resume it first", id)
 		}
-		if err := n.driver.Snapshot(ctx, src.Handle, ck.Dir); err != nil {
-			return err
-		}
-		if err := n.store.putCheckpoint(ck); err != nil {
-			_ = os.RemoveAll(ck.Dir)
-			return err
+		snapID := "sn_" + randHex(8)
+		sr = snapRecord{
+			Snapshot: nodeapi.Snapshot{ID: snapID, Name: name, SandboxID: id, Key: src.Key,
+				CreatedAt: n.now().UTC(), Node: n.cfg.Name, Namespace: namespaceOf(src.ClaimRef), Kept: kept},
+			Dir: filepath.Join(n.dirs.snapshots, snapID),
 		}
 		n.mu.Lock()
-		n.tab.checkpoints[ckID] = &checkpoint{rec: ck}
+		err := n.cfg.Quota.checkSnapshotBytes(n.snapshotBytes(), 1)
 		n.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if err := n.driver.Snapshot(ctx, src.Handle, sr.Dir); err != nil {
+			_ = os.RemoveAll(sr.Dir)
+			return err
+		}
+		if sr.Snapshot.Bytes, err = dirBytes(sr.Dir); err != nil {
+			_ = os.RemoveAll(sr.Dir)
+			return err
+		}
+		// Check and add under one lock, so concurrent snapshots cannot
+		// together pass the bound.
+		sn := &snapshot{rec: sr}
+		n.mu.Lock()
+		if err = n.cfg.Quota.checkSnapshotBytes(n.snapshotBytes(), sr.Snapshot.Bytes); err == nil {
+			n.tab.snapshots[snapID] = sn
+		}
+		n.mu.Unlock()
+		if err != nil {
+			_ = os.RemoveAll(sr.Dir)
+			return err
+		}
+		if err := n.store.putSnapshot(sr); err != nil {
+			n.mu.Lock()
+			delete(n.tab.snapshots, snapID)
+			n.mu.Unlock()
+			_ = os.RemoveAll(sr.Dir)
+			return err
+		}
 		return nil
 	})
-	return ck.Checkpoint, err
+	return sr.Snapshot, err
 }
 
-// checkpoints lists the checkpoints, newest first.
-func (n *Node) checkpointList() []Checkpoint {
+// snapshotList lists the snapshots, newest first.
+func (n *Node) snapshotList() []nodeapi.Snapshot {
 	n.mu.Lock()
-	out := make([]Checkpoint, 0, len(n.tab.checkpoints))
-	for _, c := range n.tab.checkpoints {
-		out = append(out, c.rec.Checkpoint)
+	out := make([]nodeapi.Snapshot, 0, len(n.tab.snapshots))
+	for _, c := range n.tab.snapshots {
+		out = append(out, c.rec.Snapshot)
 	}
 	n.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
@@ -414,51 +566,70 @@ func (n *Node) checkpointList() []Checkpoint {
 	return out
 }
 
-func (n *Node) deleteCheckpoint(id string) error {
+var errSnapshotNotFound = errorf(http.StatusNotFound, "snapshot not found")
+
+func (n *Node) deleteSnapshot(id string) error {
 	n.mu.Lock()
-	c := n.tab.checkpoints[id]
+	c := n.tab.snapshots[id]
 	n.mu.Unlock()
 	if c == nil {
-		return errorf(http.StatusNotFound, "checkpoint not found")
+		return errSnapshotNotFound
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gone {
-		return errorf(http.StatusNotFound, "checkpoint not found")
+		return errSnapshotNotFound
 	}
 	c.gone = true
 	n.mu.Lock()
-	delete(n.tab.checkpoints, id)
+	delete(n.tab.snapshots, id)
 	n.mu.Unlock()
-	if err := n.store.deleteCheckpoint(id); err != nil {
+	if err := n.store.deleteSnapshot(id); err != nil {
 		return err
 	}
 	return os.RemoveAll(c.rec.Dir)
 }
 
-// branch claims a new sandbox cloned from checkpoint id; it has no claim ref.
-func (n *Node) branch(ctx context.Context, id string, ttl int64) (ClaimResult, error) {
+// claimSnapshot claims a new sandbox cloned from snapshot id, named ref
+// (unique like a claim's; 409 when held) or unnamed.
+func (n *Node) claimSnapshot(ctx context.Context, id string, ttl int64, ref string) (nodeapi.Sandbox, error) {
 	n.mu.Lock()
-	c := n.tab.checkpoints[id]
+	c := n.tab.snapshots[id]
 	n.mu.Unlock()
 	if c == nil {
-		return ClaimResult{}, errorf(http.StatusNotFound, "checkpoint not found")
+		return nodeapi.Sandbox{}, errSnapshotNotFound
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.gone {
-		return ClaimResult{}, errorf(http.StatusNotFound, "checkpoint not found")
+		return nodeapi.Sandbox{}, errSnapshotNotFound
 	}
-	k := pool.Key{Template: c.rec.Checkpoint.Key.Template, Net: c.rec.Checkpoint.Key.Net, Size: c.rec.Checkpoint.Key.Size}
-	recs, err := n.cloneN(ctx, c.rec.Dir, k, 1, ttl, nil, id)
+	release, err := n.reserveExtra(1)
 	if err != nil {
-		return ClaimResult{}, err
+		return nodeapi.Sandbox{}, err
 	}
-	return n.result(recs[0]), nil
+	defer release()
+	if ref != "" {
+		n.mu.Lock()
+		held := n.tab.holder(ref)
+		n.mu.Unlock()
+		if held != nil {
+			return nodeapi.Sandbox{}, errRefHeld(ref, held.rec.ID)
+		}
+	}
+	var refOf func(string) string
+	if ref != "" {
+		refOf = func(string) string { return ref }
+	}
+	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, lineage{})
+	if err != nil {
+		return nodeapi.Sandbox{}, err
+	}
+	return n.wire(recs[0], true), nil
 }
 
 // setPools replaces the warm targets; pools left out drain.
-func (n *Node) setPools(ts []poolTarget) (Info, error) {
+func (n *Node) setPools(ts []poolTarget) (nodeapi.Info, error) {
 	n.mu.Lock()
 	want := make(map[pool.Key]int32, len(ts))
 	for _, t := range ts {
@@ -474,29 +645,29 @@ func (n *Node) setPools(ts []poolTarget) (Info, error) {
 	}
 	n.mu.Unlock()
 	if err := n.store.putPools(ts); err != nil {
-		return Info{}, err
+		return nodeapi.Info{}, err
 	}
 	n.kickRefill()
 	return n.info(), nil
 }
 
 // info is the body of GET /v1/info.
-func (n *Node) info() Info {
+func (n *Node) info() nodeapi.Info {
 	accel := ""
 	if a, ok := n.driver.(interface{ Accel() string }); ok {
 		accel = a.Accel()
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := Info{Node: n.cfg.Name, Address: n.cfg.AdvertiseAddress, VMM: n.driver.Name(), Accel: accel, Pools: []PoolInfo{}}
+	out := nodeapi.Info{Node: n.cfg.Name, NodeAddr: n.cfg.AdvertiseAddress, VMM: n.driver.Name(), Accel: accel, Pools: []nodeapi.PoolInfo{}}
 	for _, p := range n.tab.sortedPools() {
-		out.Pools = append(out.Pools, PoolInfo{Template: p.key.Template, Net: p.key.Net, Size: p.key.Size,
+		out.Pools = append(out.Pools, nodeapi.PoolInfo{Template: p.key.Template, Net: p.key.Net, Size: p.key.Size,
 			Warm: int32(len(p.warm)), Target: p.target, Refilling: p.booting})
 	}
 	for _, sb := range n.tab.byID {
 		out.Claimed++
-		if sb.rec.Hibernated {
-			out.Hibernated++
+		if sb.rec.Paused {
+			out.Paused++
 		}
 	}
 	return out

@@ -8,15 +8,28 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hearthvm/hearth/internal/serve"
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 // Options are sandboxd's command-line settings (cmd/sandboxd parses them
 // and wires a Node from them).
 type Options struct {
-	NodeName           string
-	Listen             string
-	AdvertiseAddress   string
-	TokenFile          string
+	NodeName         string
+	Listen           string
+	AdvertiseAddress string
+	TokenFile        string
+	NodeTokenFile    string
+	// FleetSecretFile and WriteNodeToken make sandboxd a one-shot helper
+	// (an init container): derive this node's token from the fleet secret,
+	// write it to WriteNodeToken (0600) and exit, so the daemon itself
+	// holds only its own token (NodeTokenFile), never the fleet secret.
+	FleetSecretFile    string
+	WriteNodeToken     string
 	DataDir            string
 	VMM                string
 	AgentBin           string
@@ -24,11 +37,21 @@ type Options struct {
 	MaxLease           time.Duration
 	MaxBootConcurrency int
 	InventoryInterval  time.Duration
-	InventoryDebounce  time.Duration
 	Kubeconfig         string
+	// PublishInCluster publishes with the pod's ServiceAccount (in-cluster
+	// configuration) instead of Kubeconfig: the DaemonSet's way, whose
+	// pod-bound token names the node (see deploy/base/sandboxd-admission.yaml).
+	PublishInCluster bool
 	// WarmCheckInterval is the warm-pool health sweep's cadence
 	// (Config.WarmCheckInterval): 0 = the default, negative = disabled.
 	WarmCheckInterval time.Duration
+	// Serve bounds the API's clients: per-request read and write
+	// timeouts, the idle timeout and the connection cap (--read-timeout,
+	// --write-timeout, --idle-timeout, --max-connections).
+	Serve serve.Options
+	// Quota bounds what one sandbox tree and the node may create beyond
+	// the warm pools (--max-fork-depth, ...).
+	Quota Quota
 	// VMMOptions are backend-specific settings (backends.Options.Extra),
 	// e.g. config=/etc/hearth/qemu.json or accel=tcg for qemu.
 	VMMOptions map[string]string
@@ -45,6 +68,11 @@ func NewOptions() *Options {
 		MaxBootConcurrency: 4,
 		InventoryInterval:  30 * time.Second,
 		WarmCheckInterval:  DefaultWarmCheckInterval,
+		Serve:              serve.Options{Timeouts: serve.DefaultTimeouts},
+		Quota:              DefaultQuota,
+		// Templates resolve through the host's image cache (the built-in
+		// Debian image is built there on first use).
+		VMMOptions: map[string]string{"image_cache": "default"},
 	}
 }
 
@@ -53,18 +81,26 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "node name (NodeInventory name); default: the hostname")
 	fs.StringVar(&o.Listen, "listen", o.Listen, "host:port to serve the node API on")
 	fs.StringVar(&o.AdvertiseAddress, "advertise-address", o.AdvertiseAddress, "host:port other components reach this node at; default: the listen address")
-	fs.StringVar(&o.TokenFile, "token-file", o.TokenFile, "file holding the root bearer token; without it root authentication is disabled (development only)")
-	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "directory for the claim store, checkpoints and VM run directories")
+	fs.StringVar(&o.NodeTokenFile, "node-token-file", o.NodeTokenFile, "file holding this node's own bearer token, the one the fleet sends it (base64url HMAC-SHA256(fleet secret, \"hearth-node:\"+node name); see --write-node-token)")
+	fs.StringVar(&o.TokenFile, "token-file", o.TokenFile, "file holding an operator's root bearer token, also accepted (optional; the fleet never sends it); without it and --node-token-file authentication is disabled (development only)")
+	fs.StringVar(&o.FleetSecretFile, "fleet-secret-file", o.FleetSecretFile, "with --write-node-token: file holding the fleet secret (the sandbox-apiserver's --sandboxd-token-file)")
+	fs.StringVar(&o.WriteNodeToken, "write-node-token", o.WriteNodeToken, "derive this node's token from --fleet-secret-file and --node-name, write it to this file (0600) and exit (an init container's job)")
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "directory for the claim store, snapshots and VM run directories")
 	fs.StringVar(&o.VMM, "vmm", o.VMM, "VMM backend: sim, qemu, firecracker or cloud-hypervisor")
 	fs.StringVar(&o.AgentBin, "agent-bin", o.AgentBin, "path to the sandbox-agent binary (default: next to this binary, on PATH, or built from the module source)")
 	fs.DurationVar(&o.DefaultLease, "default-lease", o.DefaultLease, "lease granted when a claim asks for none")
 	fs.DurationVar(&o.MaxLease, "max-lease", o.MaxLease, "longest lease granted")
 	fs.IntVar(&o.MaxBootConcurrency, "max-boot-concurrency", o.MaxBootConcurrency, "concurrent warm VM boots node-wide")
 	fs.DurationVar(&o.InventoryInterval, "inventory-interval", o.InventoryInterval, "NodeInventory publish cadence")
-	fs.DurationVar(&o.InventoryDebounce, "inventory-debounce", o.InventoryDebounce, "also publish this soon after a claim-table change (0 = only on the cadence)")
 	fs.DurationVar(&o.WarmCheckInterval, "warm-check-interval", o.WarmCheckInterval, "cadence of the warm-pool health sweep that probes warm VMs' agents and replaces dead ones (0 = default 10s, negative = disabled)")
-	fs.Var(kvFlag{&o.VMMOptions}, "vmm-opt", "backend-specific setting KEY=VALUE (repeatable): qemu: binary, config, accel (auto|kvm|tcg); firecracker: binary, kernel, initrd, rootfs, boot_args; cloud-hypervisor: binary, kernel, initramfs, rootfs, cmdline, memory_restore_mode")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster to publish NodeInventory to (server-side apply); empty = no publishing")
+	fs.DurationVar(&o.Serve.Read, "read-timeout", o.Serve.Read, "how long a client may take to send a request body (a stalled body is answered 400 this late)")
+	fs.DurationVar(&o.Serve.Write, "write-timeout", o.Serve.Write, "how long one request may take from its handler's start to its response's last byte")
+	fs.DurationVar(&o.Serve.Idle, "idle-timeout", o.Serve.Idle, "how long a keep-alive connection may sit idle between requests")
+	fs.IntVar(&o.Serve.MaxConns, "max-connections", o.Serve.MaxConns, "open API connections at most; 0 = the file-descriptor limit minus a reserve of 1024, negative = no cap")
+	o.Quota.AddFlags(fs)
+	fs.Var(kvFlag{&o.VMMOptions}, "vmm-opt", "backend-specific setting KEY=VALUE (repeatable): sim and qemu: image_cache (a dir; default: the host's image cache; empty: the backend's minimal busybox root); sim: rootfs, uid_base, cgroup_parent, lower_cache; qemu: binary, config, accel (auto|kvm|tcg), disk, egress_uid, egress_firewall; firecracker: binary, kernel, initrd, rootfs, boot_args; cloud-hypervisor: binary, kernel, initramfs, rootfs, cmdline, memory_restore_mode")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster to publish NodeInventory to (server-side apply); empty = no publishing unless --publish-in-cluster")
+	fs.BoolVar(&o.PublishInCluster, "publish-in-cluster", o.PublishInCluster, "publish NodeInventory with the pod's ServiceAccount (in-cluster configuration) instead of --kubeconfig")
 }
 
 // Complete fills in defaults that depend on the environment.
@@ -94,6 +130,12 @@ func (o *Options) Validate() error {
 	if o.DataDir == "" {
 		errs = append(errs, errors.New("--data-dir is required"))
 	}
+	if o.PublishInCluster && o.Kubeconfig != "" {
+		errs = append(errs, errors.New("--publish-in-cluster and --kubeconfig are exclusive"))
+	}
+	if (o.WriteNodeToken == "") != (o.FleetSecretFile == "") {
+		errs = append(errs, errors.New("--write-node-token and --fleet-secret-file go together"))
+	}
 	if o.DefaultLease <= 0 {
 		errs = append(errs, errors.New("--default-lease must be positive"))
 	}
@@ -106,42 +148,86 @@ func (o *Options) Validate() error {
 	if o.InventoryInterval <= 0 {
 		errs = append(errs, errors.New("--inventory-interval must be positive"))
 	}
-	if o.InventoryDebounce < 0 {
-		errs = append(errs, errors.New("--inventory-debounce must not be negative"))
+	if o.Serve.Read < 0 || o.Serve.Write < 0 || o.Serve.Idle < 0 {
+		errs = append(errs, errors.New("--read-timeout, --write-timeout and --idle-timeout must not be negative"))
 	}
+	if o.Serve.Read > 0 && o.Serve.Write > 0 && o.Serve.Write <= o.Serve.Read {
+		errs = append(errs, errors.New("--write-timeout must be longer than --read-timeout (a stalled body is answered within the write timeout)"))
+	}
+	errs = append(errs, o.Quota.Validate()...)
 	return errors.Join(errs...)
 }
 
 // RootToken reads --token-file (whitespace-trimmed); empty without one.
-func (o *Options) RootToken() (string, error) {
-	if o.TokenFile == "" {
+func (o *Options) RootToken() (string, error) { return readTokenFile("--token-file", o.TokenFile) }
+
+// NodeToken reads --node-token-file (whitespace-trimmed); empty without one.
+func (o *Options) NodeToken() (string, error) {
+	return readTokenFile("--node-token-file", o.NodeTokenFile)
+}
+
+// WriteDerivedNodeToken writes nodeapi.NodeToken(fleet secret, NodeName)
+// to --write-node-token (0600, replaced atomically). Call it after
+// Complete when WriteNodeToken is set, instead of running the daemon.
+func (o *Options) WriteDerivedNodeToken() error {
+	secret, err := readTokenFile("--fleet-secret-file", o.FleetSecretFile)
+	if err != nil {
+		return err
+	}
+	if secret == "" {
+		return errors.New("--fleet-secret-file is required with --write-node-token")
+	}
+	tmp := o.WriteNodeToken + ".tmp"
+	if err := os.WriteFile(tmp, []byte(nodeapi.NodeToken(secret, o.NodeName)+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, o.WriteNodeToken)
+}
+
+func readTokenFile(flag, path string) (string, error) {
+	if path == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(o.TokenFile)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
-		return "", fmt.Errorf("--token-file %s is empty", o.TokenFile)
+		return "", fmt.Errorf("%s %s is empty", flag, path)
 	}
 	return tok, nil
 }
 
 // Config returns the Node configuration the options describe; the caller
 // sets Driver and Publisher.
-func (o *Options) Config(rootToken string) Config {
+func (o *Options) Config(nodeToken, rootToken string) Config {
 	return Config{
 		Name:               o.NodeName,
 		AdvertiseAddress:   o.AdvertiseAddress,
+		NodeToken:          nodeToken,
 		RootToken:          rootToken,
 		DataDir:            o.DataDir,
 		Limits:             Limits{Default: o.DefaultLease, Max: o.MaxLease},
 		MaxBootConcurrency: o.MaxBootConcurrency,
 		InventoryInterval:  o.InventoryInterval,
-		InventoryDebounce:  o.InventoryDebounce,
 		WarmCheckInterval:  o.WarmCheckInterval,
+		Timeouts:           o.Serve.Timeouts,
+		Quota:              o.Quota,
 	}
+}
+
+// PublishConfig is the client configuration NodeInventory is published
+// with: --kubeconfig's, the pod's ServiceAccount with --publish-in-cluster,
+// or nil (no publishing).
+func (o *Options) PublishConfig() (*rest.Config, error) {
+	switch {
+	case o.PublishInCluster:
+		return rest.InClusterConfig()
+	case o.Kubeconfig != "":
+		return clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	}
+	return nil, nil
 }
 
 // kvFlag is a repeatable KEY=VALUE flag.

@@ -209,8 +209,9 @@ func TestOptionsValidate(t *testing.T) {
 		"lease":       func(o *Options) { o.DefaultLease = 0 },
 		"max < def":   func(o *Options) { o.MaxLease = time.Second },
 		"concurrency": func(o *Options) { o.MaxBootConcurrency = 0 },
-		"debounce":    func(o *Options) { o.InventoryDebounce = -1 },
+		"interval":    func(o *Options) { o.InventoryInterval = 0 },
 		"data dir":    func(o *Options) { o.DataDir = "" },
+		"write alone": func(o *Options) { o.WriteNodeToken = "/x" },
 	} {
 		o := *good
 		mut(&o)
@@ -218,8 +219,8 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	cfg := good.Config("tok")
-	if cfg.Limits != DefaultLimits || cfg.RootToken != "tok" || cfg.Name != "n" || cfg.MaxBootConcurrency != 4 {
+	cfg := good.Config("node-tok", "tok")
+	if cfg.Limits != DefaultLimits || cfg.RootToken != "tok" || cfg.NodeToken != "node-tok" || cfg.Name != "n" || cfg.MaxBootConcurrency != 4 {
 		t.Fatalf("Config = %+v", cfg)
 	}
 }
@@ -238,8 +239,8 @@ func TestOptions_VMMOpt(t *testing.T) {
 	if o.WarmCheckInterval != DefaultWarmCheckInterval {
 		t.Fatalf("default --warm-check-interval = %v", o.WarmCheckInterval)
 	}
-	if err := fs.Parse([]string{"--warm-check-interval", "-1s"}); err != nil || o.Config("").WarmCheckInterval != -time.Second {
-		t.Fatalf("--warm-check-interval: %v %v", err, o.Config("").WarmCheckInterval)
+	if err := fs.Parse([]string{"--warm-check-interval", "-1s"}); err != nil || o.Config("", "").WarmCheckInterval != -time.Second {
+		t.Fatalf("--warm-check-interval: %v %v", err, o.Config("", "").WarmCheckInterval)
 	}
 	if err := fs.Parse([]string{"--vmm-opt", "novalue"}); err == nil {
 		t.Fatal("a value without '=' must be rejected")

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/internal/testagent"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/sim"
 )
@@ -54,6 +56,21 @@ func killMentioning(s string) {
 	for _, pid := range procsMentioning(s) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	for _, pattern := range []string{"*", "*/*", "*/*/*"} { // sim VM inits
+		dirs, _ := filepath.Glob(filepath.Join(s, pattern, "vm.json"))
+		for _, f := range dirs {
+			if pid := simInit(filepath.Dir(f)); pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	// The sim VMs' root mounts (overlays) would keep t.TempDir from going.
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], s) {
+			_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
+		}
+	}
 }
 
 func procsMentioning(s string) []int {
@@ -76,17 +93,33 @@ func procsMentioning(s string) []int {
 	return out
 }
 
-// liveVMs returns the VM ids of the agents running under root (from their
-// --addr-file argument).
+// simInit returns the pid of the live init of the sim VM in dir (recorded
+// in its vm.json, command line "hearth-sim-init <id>"), or 0.
+func simInit(dir string) int {
+	var rec struct {
+		PID int `json:"pid"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "vm.json"))
+	if err != nil || json.Unmarshal(b, &rec) != nil || rec.PID <= 0 {
+		return 0
+	}
+	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", rec.PID))
+	if string(cmd) != "hearth-sim-init\x00"+filepath.Base(dir)+"\x00" {
+		return 0
+	}
+	if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", rec.PID)); strings.Contains(string(st), ") Z") {
+		return 0
+	}
+	return rec.PID
+}
+
+// liveVMs returns the ids of the sim VMs running under root.
 func liveVMs(root string) map[string]bool {
 	out := map[string]bool{}
-	for _, pid := range procsMentioning(root) {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		args := strings.Split(string(b), "\x00")
-		for i, a := range args {
-			if a == "--addr-file" && i+1 < len(args) {
-				out[filepath.Base(filepath.Dir(args[i+1]))] = true
-			}
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		if simInit(filepath.Join(root, e.Name())) > 0 {
+			out[e.Name()] = true
 		}
 	}
 	return out
@@ -112,9 +145,9 @@ func TestNode_Sim_EndToEnd(t *testing.T) {
 	tn.waitWarm(t, "img", 3)
 	drv.gated.Store(true) // no refill until released
 
-	var got []ClaimResult
+	var got []nodeapi.Sandbox
 	for i := 0; i < 3; i++ {
-		res, err := tn.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: fmt.Sprintf("ns/s%d", i), TTLSeconds: 600})
+		res, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: fmt.Sprintf("ns/s%d", i), TTLSeconds: 600})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,16 +155,16 @@ func TestNode_Sim_EndToEnd(t *testing.T) {
 			t.Fatalf("claim result %+v", res)
 		}
 		for _, g := range got {
-			if g.ID == res.ID || g.OwnerAddr == res.OwnerAddr || g.Token == res.Token {
+			if g.ID == res.ID || g.AgentAddr == res.AgentAddr || g.Token == res.Token {
 				t.Fatalf("claims share identity: %+v %+v", g, res)
 			}
 		}
-		if code := agentHealth(res.OwnerAddr); code != http.StatusNoContent {
+		if code := agentHealth(res.AgentAddr); code != http.StatusNoContent {
 			t.Fatalf("claimed agent health = %d", code)
 		}
 		got = append(got, res)
 	}
-	if _, err := tn.root.Claim(bg, ClaimRequest{Template: "img"}); !errors.Is(err, ErrNoCapacity) {
+	if _, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"}); !errors.Is(err, nodeapi.ErrNoCapacity) {
 		t.Fatalf("4th claim: %v", err)
 	}
 	close(drv.release)
@@ -139,10 +172,10 @@ func TestNode_Sim_EndToEnd(t *testing.T) {
 
 	// Lookup by claim ref at once.
 	byRef, err := tn.root.GetByRef(bg, "ns/s1")
-	if err != nil || len(byRef) != 1 || byRef[0].ID != got[1].ID || byRef[0].Addr != got[1].OwnerAddr {
+	if err != nil || len(byRef) != 1 || byRef[0].ID != got[1].ID || byRef[0].AgentAddr != got[1].AgentAddr {
 		t.Fatalf("by ref: %+v %v", byRef, err)
 	}
-	if _, err := tn.root.GetByRef(bg, "ns/none"); StatusOf(err) != 404 {
+	if _, err := tn.root.GetByRef(bg, "ns/none"); nodeapi.StatusOf(err) != 404 {
 		t.Fatalf("unknown ref: %v", err)
 	}
 
@@ -153,7 +186,7 @@ func TestNode_Sim_EndToEnd(t *testing.T) {
 	if code, _ := rawDo(t, "POST", tn.srv.URL+"/v1/sandboxes/"+got[0].ID+"/release", got[1].Token, ""); code != 404 {
 		t.Fatalf("release with another sandbox's token = %d", code)
 	}
-	if code := agentHealth(got[0].OwnerAddr); code != http.StatusNoContent {
+	if code := agentHealth(got[0].AgentAddr); code != http.StatusNoContent {
 		t.Fatal("a refused release acted")
 	}
 
@@ -162,17 +195,17 @@ func TestNode_Sim_EndToEnd(t *testing.T) {
 		t.Fatalf("malformed claim = %d %s", code, body)
 	}
 
-	// Hibernate stops the guest; wake brings it back.
-	if err := tn.root.Hibernate(bg, got[2].ID); err != nil {
+	// Pause stops the guest; resume brings it back.
+	if err := tn.root.Pause(bg, got[2].ID); err != nil {
 		t.Fatal(err)
 	}
-	if code := agentHealth(got[2].OwnerAddr); code != 0 {
-		t.Fatalf("hibernated agent answered %d", code)
+	if code := agentHealth(got[2].AgentAddr); code != 0 {
+		t.Fatalf("paused agent answered %d", code)
 	}
-	if err := tn.root.Wake(bg, got[2].ID); err != nil {
+	if err := tn.root.Resume(bg, got[2].ID); err != nil {
 		t.Fatal(err)
 	}
-	if code := agentHealth(got[2].OwnerAddr); code != http.StatusNoContent {
+	if code := agentHealth(got[2].AgentAddr); code != http.StatusNoContent {
 		t.Fatalf("woken agent = %d", code)
 	}
 	st, err := tn.root.Stats(bg, got[2].ID)
@@ -184,61 +217,61 @@ func TestNode_Sim_EndToEnd(t *testing.T) {
 	tn.mu.Lock()
 	parentDir := tn.tab.byID[got[0].ID].rec.Handle.Dir
 	tn.mu.Unlock()
-	if err := os.WriteFile(filepath.Join(parentDir, "home", "note.txt"), []byte("from parent"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(parentDir, "rootfs", "home", "user", "note.txt"), []byte("from parent"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	kids, err := tn.root.Fork(bg, got[0].ID, ForkRequest{Count: 2})
+	kids, err := tn.root.Fork(bg, got[0].ID, nodeapi.ForkRequest{Count: 2})
 	if err != nil || len(kids) != 2 {
 		t.Fatalf("fork %v %v", kids, err)
 	}
-	for _, c := range kids {
-		if agentHealth(c.OwnerAddr) != http.StatusNoContent || c.ClaimRef != "ns/"+c.ID {
+	for i, c := range kids {
+		if agentHealth(c.AgentAddr) != http.StatusNoContent || c.ClaimRef != fmt.Sprintf("%s-fork-%d", got[0].ClaimRef, i+1) {
 			t.Fatalf("child %+v", c)
 		}
 		tn.mu.Lock()
 		dir := tn.tab.byID[c.ID].rec.Handle.Dir
 		tn.mu.Unlock()
-		if b, _ := os.ReadFile(filepath.Join(dir, "home", "note.txt")); string(b) != "from parent" {
+		if b, _ := os.ReadFile(filepath.Join(dir, "rootfs", "home", "user", "note.txt")); string(b) != "from parent" {
 			t.Fatalf("child home lacks the parent's file: %q", b)
 		}
 	}
 
-	// Checkpoint and branch.
-	ck, err := tn.root.Checkpoint(bg, got[0].ID, "c")
+	// Snapshot and snapshot claim.
+	ck, err := tn.root.Snapshot(bg, got[0].ID, "c")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if agentHealth(got[0].OwnerAddr) != http.StatusNoContent {
-		t.Fatal("the checkpoint source stopped running")
+	if agentHealth(got[0].AgentAddr) != http.StatusNoContent {
+		t.Fatal("the snapshot source stopped running")
 	}
-	br, err := tn.root.Branch(bg, ck.ID, 0)
-	if err != nil || agentHealth(br.OwnerAddr) != http.StatusNoContent {
-		t.Fatalf("branch %+v %v", br, err)
+	br, err := tn.root.ClaimSnapshot(bg, ck.ID, 0)
+	if err != nil || agentHealth(br.AgentAddr) != http.StatusNoContent {
+		t.Fatalf("snapshot claim %+v %v", br, err)
 	}
 
 	// Release: 204, then 404, and the agent is gone.
 	if err := tn.root.Release(bg, got[1].ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := tn.root.Release(bg, got[1].ID); StatusOf(err) != 404 {
+	if err := tn.root.Release(bg, got[1].ID); nodeapi.StatusOf(err) != 404 {
 		t.Fatalf("second release: %v", err)
 	}
-	if agentHealth(got[1].OwnerAddr) != 0 {
+	if agentHealth(got[1].AgentAddr) != 0 {
 		t.Fatal("a released agent still answers")
 	}
 
 	// A short lease is reaped by the node itself.
 	tn.waitWarm(t, "img", 3)
-	short, err := tn.root.Claim(bg, ClaimRequest{Template: "img", TTLSeconds: 1})
+	short, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", TTLSeconds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { _, err := tn.root.Get(bg, short.ID); return StatusOf(err) == 404 })
-	waitFor(t, func() bool { return agentHealth(short.OwnerAddr) == 0 })
+	waitFor(t, func() bool { _, err := tn.root.Get(bg, short.ID); return nodeapi.StatusOf(err) == 404 })
+	waitFor(t, func() bool { return agentHealth(short.AgentAddr) == 0 })
 
 	// A claim with env posts it to the agent's /init before answering.
-	withEnv, err := tn.root.Claim(bg, ClaimRequest{Template: "img", Env: map[string]string{"GREETING": "hi"}})
-	if err != nil || agentHealth(withEnv.OwnerAddr) != http.StatusNoContent {
+	withEnv, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", Env: map[string]string{"GREETING": "hi"}})
+	if err != nil || agentHealth(withEnv.AgentAddr) != http.StatusNoContent {
 		t.Fatalf("claim with env: %+v %v", withEnv, err)
 	}
 
@@ -253,7 +286,7 @@ func TestNode_Sim_EndToEnd(t *testing.T) {
 }
 
 // A node that dies (no Close) leaves claimed agents running; the next node
-// on the same data dir re-adopts them with their deadlines and checkpoints
+// on the same data dir re-adopts them with their deadlines and snapshots
 // and leaves no orphan agent behind.
 func TestNode_Sim_RestartAfterCrash(t *testing.T) {
 	base := t.TempDir()
@@ -265,18 +298,18 @@ func TestNode_Sim_RestartAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.waitWarm(t, "img", 2)
-	c1, err := a.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/one", TTLSeconds: 3600})
+	c1, err := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/one", TTLSeconds: 3600})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, err := a.root.Claim(bg, ClaimRequest{Template: "img", ClaimRef: "ns/two"})
+	c2, err := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/two"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.root.Hibernate(bg, c2.ID); err != nil {
+	if err := a.root.Pause(bg, c2.ID); err != nil {
 		t.Fatal(err)
 	}
-	ck, err := a.root.Checkpoint(bg, c1.ID, "keep")
+	ck, err := a.root.Snapshot(bg, c1.ID, "keep")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +323,7 @@ func TestNode_Sim_RestartAfterCrash(t *testing.T) {
 	}
 	a.mu.Unlock()
 	a.crash()
-	if agentHealth(c1.OwnerAddr) != http.StatusNoContent {
+	if agentHealth(c1.AgentAddr) != http.StatusNoContent {
 		t.Fatal("a claimed agent died with its node")
 	}
 
@@ -301,22 +334,24 @@ func TestNode_Sim_RestartAfterCrash(t *testing.T) {
 		t.Fatalf("list after restart: %+v %v", list, err)
 	}
 	g1, err := b.root.Get(bg, c1.ID)
-	if err != nil || !g1.Deadline.Equal(c1.Deadline) || g1.Addr != c1.OwnerAddr || g1.ClaimRef != "ns/one" {
+	// The sim driver's forwarder lives in the node process; this test's
+	// crashed node still holds the old port, so the address may change.
+	if err != nil || !g1.Deadline.Equal(c1.Deadline) || g1.AgentAddr == "" || g1.ClaimRef != "ns/one" {
 		t.Fatalf("c1 after restart: %+v %v", g1, err)
 	}
-	if agentHealth(g1.Addr) != http.StatusNoContent {
+	if agentHealth(g1.AgentAddr) != http.StatusNoContent {
 		t.Fatal("re-adopted agent does not answer")
 	}
 	g2, err := b.root.Get(bg, c2.ID)
-	if err != nil || !g2.Hibernated || !g2.Deadline.Equal(c2.Deadline) {
+	if err != nil || !g2.Paused || !g2.Deadline.Equal(c2.Deadline) {
 		t.Fatalf("c2 after restart: %+v %v", g2, err)
 	}
-	if err := b.root.Wake(bg, c2.ID); err != nil || agentHealth(g2.Addr) != http.StatusNoContent {
-		t.Fatalf("wake after restart: %v", err)
+	if err := b.root.Resume(bg, c2.ID); err != nil || agentHealth(g2.AgentAddr) != http.StatusNoContent {
+		t.Fatalf("resume after restart: %v", err)
 	}
-	cks, err := b.root.Checkpoints(bg)
+	cks, err := b.root.Snapshots(bg)
 	if err != nil || len(cks) != 1 || cks[0].ID != ck.ID {
-		t.Fatalf("checkpoints after restart: %+v %v", cks, err)
+		t.Fatalf("snapshots after restart: %+v %v", cks, err)
 	}
 	b.waitWarm(t, "img", 2)
 	waitFor(t, func() bool {

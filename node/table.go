@@ -6,22 +6,40 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
 )
 
 // record is one claimed sandbox as the node persists it.
 type record struct {
-	ID         string            `json:"id"`
-	Key        pool.Key          `json:"key"`
-	Handle     vmm.Handle        `json:"handle"`
-	ClaimRef   string            `json:"claim_ref,omitempty"`
-	Deadline   time.Time         `json:"deadline"`
-	ClaimedAt  time.Time         `json:"claimed_at"`
-	Hibernated bool              `json:"hibernated,omitempty"`
-	Metadata   map[string]string `json:"metadata,omitempty"`
-	// Checkpoint is the checkpoint a branch was cloned from.
-	Checkpoint string `json:"checkpoint,omitempty"`
+	ID        string            `json:"id"`
+	Key       pool.Key          `json:"key"`
+	Handle    vmm.Handle        `json:"handle"`
+	ClaimRef  string            `json:"claim_ref,omitempty"`
+	Deadline  time.Time         `json:"deadline"`
+	ClaimedAt time.Time         `json:"claimed_at"`
+	Paused    bool              `json:"paused,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	// Snapshot is the snapshot a snapshot claim was cloned from.
+	Snapshot string `json:"snapshot,omitempty"`
+	// Version counts the record's changes (nodeapi.Sandbox.Version).
+	Version int64 `json:"version,omitempty"`
+	// Object is what the claim recorded of its Kubernetes object.
+	Object nodeapi.Object `json:"object,omitempty"`
+	// Lifecycle is what the lease's end does (see autopause.go).
+	Lifecycle nodeapi.Lifecycle `json:"lifecycle,omitempty"`
+	// Stopped marks a pause without memory: the VM is stopped
+	// (vmm.Driver.Stop) and a resume restores it; never set unless Paused.
+	Stopped bool `json:"stopped,omitempty"`
+	// Tree is the id of the root of the fork tree a fork child belongs
+	// to, Depth its generation below it (empty and 0 for a root; see Quota).
+	Tree  string `json:"tree,omitempty"`
+	Depth int    `json:"depth,omitempty"`
+	// Env is the claim's env vars (applied to the agent through /init):
+	// kept so that a VM restarted from its files (a resume after a pause
+	// without memory, a restore of a dead agent) gets them again.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // sandbox is a claimed VM in the table. mu serializes the lifecycle verbs
@@ -46,18 +64,18 @@ type poolState struct {
 	retryAt  time.Time
 }
 
-// ckRecord is a checkpoint as the node persists it.
-type ckRecord struct {
-	Checkpoint Checkpoint `json:"checkpoint"`
-	Dir        string     `json:"dir"`
+// snapRecord is a snapshot as the node persists it.
+type snapRecord struct {
+	Snapshot nodeapi.Snapshot `json:"snapshot"`
+	Dir      string           `json:"dir"`
 }
 
-// checkpoint is a checkpoint in the table; mu is held for reading while it
+// snapshot is a snapshot in the table; mu is held for reading while it
 // is cloned and for writing while it is deleted.
-type checkpoint struct {
+type snapshot struct {
 	mu   sync.RWMutex
 	gone bool
-	rec  ckRecord
+	rec  snapRecord
 }
 
 type tokenHash [sha256.Size]byte
@@ -65,23 +83,23 @@ type tokenHash [sha256.Size]byte
 func hashToken(t string) tokenHash { return sha256.Sum256([]byte(t)) }
 
 // table is the node's in-memory state: warm pools, the claim table and its
-// indexes, and the checkpoints. It does no I/O and no locking; the Node
+// indexes, and the snapshots. It does no I/O and no locking; the Node
 // guards it with one mutex. Every operation the claim path uses is O(1).
 type table struct {
-	pools       map[pool.Key]*poolState
-	byID        map[string]*sandbox
-	byRef       map[string]map[string]*sandbox
-	byToken     map[tokenHash]string
-	checkpoints map[string]*checkpoint
+	pools     map[pool.Key]*poolState
+	byID      map[string]*sandbox
+	byRef     map[string]map[string]*sandbox
+	byToken   map[tokenHash]string
+	snapshots map[string]*snapshot
 }
 
 func newTable() *table {
 	return &table{
-		pools:       map[pool.Key]*poolState{},
-		byID:        map[string]*sandbox{},
-		byRef:       map[string]map[string]*sandbox{},
-		byToken:     map[tokenHash]string{},
-		checkpoints: map[string]*checkpoint{},
+		pools:     map[pool.Key]*poolState{},
+		byID:      map[string]*sandbox{},
+		byRef:     map[string]map[string]*sandbox{},
+		byToken:   map[tokenHash]string{},
+		snapshots: map[string]*snapshot{},
 	}
 }
 
@@ -147,6 +165,16 @@ func (t *table) remove(id string) *sandbox {
 	return sb
 }
 
+// holder returns a sandbox recorded under ref, if any: a claim ref names
+// at most one live sandbox (claims, forks and snapshot claims check it
+// under the table's lock before inserting).
+func (t *table) holder(ref string) *sandbox {
+	for _, sb := range t.byRef[ref] {
+		return sb
+	}
+	return nil
+}
+
 // ref returns the sandboxes recorded under ref, oldest claim first.
 func (t *table) ref(ref string) []*sandbox {
 	m := t.byRef[ref]
@@ -182,7 +210,7 @@ func sortSandboxes(s []*sandbox) {
 func (t *table) expired(now time.Time) []string {
 	var out []string
 	for id, sb := range t.byID {
-		if !sb.rec.Deadline.After(now) {
+		if !sb.rec.Deadline.After(now) && !sb.rec.pausedAtTimeout() {
 			out = append(out, id)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"sort"
 )
 
-// This file is the pure core of the warm-pool driver (CONTRACT §6): from the
+// This file is the pure core of the warm-pool driver (docs/API.md#warm-capacity): from the
 // SandboxWarmPools, what their templates resolve to and the schedulable
 // nodes, it decides every node's whole set of warm targets and what each
 // pool's status should say. No I/O, no clock; the loop in pool/driver does

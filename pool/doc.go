@@ -4,6 +4,11 @@
 // A warm pool is keyed by (template, net, size). KeyFor is the one
 // derivation every caller uses — the aggregated Create, the warm-pool
 // driver reading a SandboxTemplate, and the e2b surface — because a template
-// and a claim that disagree on a key make every create a 503 (CONTRACT §1).
-// The key functions are pure: no I/O, no clock.
+// and a claim that disagree on a key make every create a 503 (docs/API.md#pool-key).
+// Key.Normalize is the one normalization of a key's axes (net "" → none,
+// size "" → small, unknown values rejected): KeyFor ends in it, the fleet
+// routes by it and the node decodes requests with it.
+// The key functions are pure: no I/O, no clock. The package must not know
+// nodes or the fleet; the driver (pool/driver) speaks to nodes through
+// nodeapi only.
 package pool

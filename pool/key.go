@@ -49,25 +49,32 @@ type Inputs struct {
 // KeyFor derives a pool key from raw inputs. It is the single derivation
 // function; the helpers below only gather Inputs.
 func KeyFor(in Inputs) (Key, error) {
-	net, err := NormalizeNet(in.Net)
-	if err != nil {
-		return Key{}, err
-	}
 	if in.Image == "" {
 		return Key{}, fmt.Errorf("%w: the first container has no image", ErrInvalidKey)
 	}
-	return Key{Template: in.Image, Net: net, Size: sizeOf(in.CPU, in.Memory)}, nil
+	return Key{Template: in.Image, Net: in.Net, Size: sizeOf(in.CPU, in.Memory)}.Normalize()
 }
 
-// NormalizeNet maps "" to none and rejects unknown lanes.
-func NormalizeNet(net string) (string, error) {
-	switch net {
-	case "", sandbox.NetNone:
-		return sandbox.NetNone, nil
-	case sandbox.NetEgress:
-		return sandbox.NetEgress, nil
+// Normalize is the one normalization of a key's axes, used by KeyFor, by
+// the fleet's routing and by the node's request decoding: net "" → none,
+// size "" → small; an unknown lane or size class wraps ErrInvalidKey. The
+// template is kept byte for byte.
+func (k Key) Normalize() (Key, error) {
+	switch k.Net {
+	case "":
+		k.Net = sandbox.NetNone
+	case sandbox.NetNone, sandbox.NetEgress:
+	default:
+		return Key{}, fmt.Errorf("%w: unknown %s %q (want %q or %q)", ErrInvalidKey, sandbox.AnnotationNet, k.Net, sandbox.NetNone, sandbox.NetEgress)
 	}
-	return "", fmt.Errorf("%w: unknown %s %q (want %q or %q)", ErrInvalidKey, sandbox.AnnotationNet, net, sandbox.NetNone, sandbox.NetEgress)
+	switch k.Size {
+	case "":
+		k.Size = sandbox.SizeSmall
+	case sandbox.SizeSmall, sandbox.SizeMedium, sandbox.SizeLarge:
+	default:
+		return Key{}, fmt.Errorf("%w: unknown size %.32q (want %q, %q or %q)", ErrInvalidKey, k.Size, sandbox.SizeSmall, sandbox.SizeMedium, sandbox.SizeLarge)
+	}
+	return k, nil
 }
 
 func sizeOf(cpu, mem *resource.Quantity) string {

@@ -1,6 +1,6 @@
 package sandbox
 
-// Annotation keys (CONTRACT §0). They travel on Sandbox objects.
+// Annotation keys (docs/API.md#names). They travel on Sandbox objects.
 const (
 	// AnnotationNet selects the pool network lane: "none" (default) or "egress".
 	AnnotationNet = "sandbox.cocoonstack.io/net"
@@ -41,8 +41,8 @@ const (
 
 // Phases a node reports for a claimed sandbox.
 const (
-	PhaseRunning    = "Running"
-	PhaseHibernated = "Hibernated"
+	PhaseRunning = "Running"
+	PhasePaused  = "Paused"
 )
 
 // DeadlineFormat is the layout of AnnotationDeadline: RFC3339, UTC, whole seconds.

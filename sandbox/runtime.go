@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// The Pod path (CONTRACT §10). Against upstream's controller a Sandbox
+// The Pod path (docs/API.md#pod-path). Against upstream's controller a Sandbox
 // becomes a Pod; a Pod whose template carries AnnotationRuntime is put on a
 // microVM node by ApplyRuntime, which adds the scheduling fields the runtime
 // needs and never overwrites what the author wrote.

@@ -3,7 +3,7 @@
 //
 // A Driver owns processes and files under its root directory and nothing
 // else: it never decides which VM is warm or claimed (that is the node's
-// job). Every backend boots the same in-guest agent (e2b/envd), reachable
+// job). Every backend boots the same in-guest agent (package agent), reachable
 // from the node at Handle.Addr and guarded by Handle.Token.
 //
 // Handles are plain data, persisted by the node and handed back to Restore
@@ -14,6 +14,7 @@ package vmm
 import (
 	"context"
 	"errors"
+	"net"
 	"time"
 )
 
@@ -99,6 +100,13 @@ type Driver interface {
 	// List returns every VM with a live process under the driver's root,
 	// so a restarted node can destroy the ones it does not own.
 	List(ctx context.Context) ([]Handle, error)
+}
+
+// PortDialer is implemented by drivers that can connect the node to any TCP
+// port of a guest (127.0.0.1:port inside the VM), e.g. to route e2b's
+// host-based URLs to sandbox ports. Handle.Addr stays the way to the agent.
+type PortDialer interface {
+	Dial(ctx context.Context, h Handle, port int) (net.Conn, error)
 }
 
 // Errors a driver returns (wrapped).

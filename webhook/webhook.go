@@ -1,4 +1,4 @@
-// Package webhook serves the Pod path (CONTRACT §10) as a Kubernetes
+// Package webhook serves the Pod path (docs/API.md#pod-path) as a Kubernetes
 // mutating admission webhook: an admission.k8s.io/v1 AdmissionReview for a
 // Pod create comes in, the Pod goes through sandbox.ApplyRuntime, and the
 // review goes back either allowed with a JSONPatch adding the missing
@@ -18,11 +18,13 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	httpserve "github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/sandbox"
 )
 
@@ -44,9 +46,17 @@ var podResource = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
 // request's UID: a Pod that is not being created, or any other resource, is
 // allowed unchanged; a Pod that cannot be decoded or conflicts with its
 // runtime is denied with code 400.
+//
+// A review's body must arrive within Timeouts.Read and its answer leave
+// within Timeouts.Write (where the serving ResponseWriter supports
+// deadlines; the API server in front also bounds the request).
 func Handler() http.Handler {
-	return http.HandlerFunc(serve)
+	return httpserve.Deadlines(http.HandlerFunc(serve), Timeouts, nil)
 }
+
+// Timeouts bound one admission review; the API server calling the webhook
+// gives up after 10 s by default.
+var Timeouts = httpserve.Timeouts{Read: 10 * time.Second, Write: 30 * time.Second}
 
 func serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {

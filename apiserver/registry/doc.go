@@ -16,5 +16,5 @@
 // version and an identity __internal version) in the caller's scheme,
 // APIGroups builds the APIGroupInfos to install, GetOpenAPIDefinitions
 // provides their schemas (taken from the upstream CRDs). It never touches
-// sandboxes: those are never stored (CONTRACT §5).
+// sandboxes: those are never stored (docs/API.md#sandboxes).
 package registry

@@ -4,10 +4,12 @@ import (
 	"fmt"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/hearthvm/hearth/inventory"
@@ -80,6 +82,45 @@ func resources() []resource {
 				}},
 				{metav1.TableColumnDefinition{Name: "Template", Type: "string"}, func(o runtime.Object) any {
 					return o.(*extv1beta1.SandboxWarmPool).Spec.TemplateRef.Name
+				}},
+			},
+		},
+		{
+			gvr:        ext.WithResource("sandboxclaims"),
+			singular:   "sandboxclaim",
+			shortNames: []string{"sandboxclaim"},
+			newObj:     func() runtime.Object { return &extv1beta1.SandboxClaim{} },
+			newList:    func() runtime.Object { return &extv1beta1.SandboxClaimList{} },
+			kind: kindSpec{
+				namespaced:  true,
+				hasStatus:   true,
+				apiVersion:  ext.String(),
+				spec:        func(o runtime.Object) any { return o.(*extv1beta1.SandboxClaim).Spec },
+				resetStatus: func(o runtime.Object) { o.(*extv1beta1.SandboxClaim).Status = extv1beta1.SandboxClaimStatus{} },
+				copyStatus: func(dst, src runtime.Object) {
+					dst.(*extv1beta1.SandboxClaim).Status = src.(*extv1beta1.SandboxClaim).Status
+				},
+				copySpec: func(dst, src runtime.Object) {
+					dst.(*extv1beta1.SandboxClaim).Spec = *src.(*extv1beta1.SandboxClaim).Spec.DeepCopy()
+				},
+				validate: validateClaim,
+			},
+			columns: []column{
+				// upstream's additionalPrinterColumns: Ready, Sandbox, Reason (Age last).
+				{metav1.TableColumnDefinition{Name: "Ready", Type: "string"}, func(o runtime.Object) any {
+					if c := meta.FindStatusCondition(o.(*extv1beta1.SandboxClaim).Status.Conditions, string(sandboxv1beta1.SandboxConditionReady)); c != nil {
+						return string(c.Status)
+					}
+					return ""
+				}},
+				{metav1.TableColumnDefinition{Name: "Sandbox", Type: "string"}, func(o runtime.Object) any {
+					return o.(*extv1beta1.SandboxClaim).Status.SandboxStatus.Name
+				}},
+				{metav1.TableColumnDefinition{Name: "Reason", Type: "string"}, func(o runtime.Object) any {
+					if c := meta.FindStatusCondition(o.(*extv1beta1.SandboxClaim).Status.Conditions, string(sandboxv1beta1.SandboxConditionReady)); c != nil {
+						return c.Reason
+					}
+					return ""
 				}},
 			},
 		},
@@ -159,6 +200,23 @@ func validateNodeInventory(o runtime.Object) field.ErrorList {
 	for i, p := range ni.Pools {
 		if p.Warm < 0 || p.Target < 0 {
 			errs = append(errs, field.Invalid(field.NewPath("pools").Index(i), p, "warm and target must be >= 0"))
+		}
+	}
+	return errs
+}
+
+// validateClaim is what the upstream CRD's schema requires of a claim:
+// a warm pool to claim from, and env entries with names.
+func validateClaim(o runtime.Object) field.ErrorList {
+	c := o.(*extv1beta1.SandboxClaim)
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
+	if c.Spec.WarmPoolRef.Name == "" {
+		errs = append(errs, field.Required(spec.Child("warmPoolRef", "name"), "names the SandboxWarmPool to claim from"))
+	}
+	for i, e := range c.Spec.Env {
+		if e.Name == "" {
+			errs = append(errs, field.Required(spec.Child("env").Index(i).Child("name"), ""))
 		}
 	}
 	return errs

@@ -18,12 +18,12 @@ import (
 	"github.com/hearthvm/hearth/inventory"
 )
 
-// The upstream CRDs (copied from sigs.k8s.io/agent-sandbox v0.5.2
+// The upstream CRDs (copied from sigs.k8s.io/agent-sandbox v1.0.3
 // k8s/crds/) carry the full openAPIV3Schema of the extension kinds; their
 // schemas become the OpenAPI definitions, so server-side apply merges lists
 // by their declared keys instead of treating spec as atomic.
 //
-//go:generate sh -c "cp $(go env GOMODCACHE)/sigs.k8s.io/agent-sandbox@v0.5.2/k8s/crds/extensions.agents.x-k8s.io_sandbox{templates,warmpools}.yaml crds/ && chmod 644 crds/*.yaml"
+//go:generate sh -c "cp $(go env GOMODCACHE)/sigs.k8s.io/agent-sandbox@v1.0.3/k8s/crds/{extensions.agents.x-k8s.io_sandbox{templates,warmpools,claims},agents.x-k8s.io_sandboxes}.yaml crds/ && chmod 644 crds/*.yaml"
 //go:embed crds/*.yaml
 var crdFS embed.FS
 
@@ -68,6 +68,7 @@ func loadSchemas() (map[string][]byte, error) {
 		for file, obj := range map[string]any{
 			"crds/extensions.agents.x-k8s.io_sandboxtemplates.yaml": &extv1beta1.SandboxTemplate{},
 			"crds/extensions.agents.x-k8s.io_sandboxwarmpools.yaml": &extv1beta1.SandboxWarmPool{},
+			"crds/extensions.agents.x-k8s.io_sandboxclaims.yaml":    &extv1beta1.SandboxClaim{},
 		} {
 			raw, err := crdFS.ReadFile(file)
 			if err != nil {
@@ -131,6 +132,7 @@ func OpenAPIDefinitions(ref common.ReferenceCallback) (map[string]common.OpenAPI
 	for _, pair := range [][2]any{
 		{&extv1beta1.SandboxTemplate{}, &extv1beta1.SandboxTemplateList{}},
 		{&extv1beta1.SandboxWarmPool{}, &extv1beta1.SandboxWarmPoolList{}},
+		{&extv1beta1.SandboxClaim{}, &extv1beta1.SandboxClaimList{}},
 		{&inventory.NodeInventory{}, &inventory.NodeInventoryList{}},
 	} {
 		var s spec.Schema
@@ -224,4 +226,26 @@ func stripForV2(s *spec.Schema) {
 	if s.AdditionalProperties != nil {
 		stripForV2(s.AdditionalProperties.Schema)
 	}
+}
+
+// SandboxSchema is the openAPIV3Schema of agent-sandbox's own Sandbox CRD
+// (crds/agents.x-k8s.io_sandboxes.yaml, v1.0.3, version v1beta1) as
+// OpenAPI v2 can carry it: the aggregated API publishes its spec and
+// status for Sandbox, so clients and server-side apply see upstream's
+// schema (list keys, types), not a free-form object.
+func SandboxSchema() (spec.Schema, error) {
+	raw, err := crdFS.ReadFile("crds/agents.x-k8s.io_sandboxes.yaml")
+	if err != nil {
+		return spec.Schema{}, err
+	}
+	js, err := crdSchema(raw, "v1beta1")
+	if err != nil {
+		return spec.Schema{}, fmt.Errorf("Sandbox CRD: %w", err)
+	}
+	var s spec.Schema
+	if err := json.Unmarshal(js, &s); err != nil {
+		return spec.Schema{}, fmt.Errorf("Sandbox CRD schema: %w", err)
+	}
+	stripForV2(&s)
+	return s, nil
 }

@@ -18,8 +18,11 @@ const DefaultPrefix = "/hearth"
 
 // StorageOptions point the registry at an etcd.
 type StorageOptions struct {
-	// Endpoints are etcd client URLs ("http://127.0.0.1:2379").
+	// Endpoints are etcd client URLs ("https://127.0.0.1:2379").
 	Endpoints []string
+	// CAFile verifies etcd's serving certificate; CertFile and KeyFile are
+	// the client certificate etcd requires (all PEM; empty for none).
+	CAFile, CertFile, KeyFile string
 	// Prefix is the etcd key prefix; DefaultPrefix when empty. Objects live
 	// under <prefix>/<group>/<resource>/[<namespace>/]<name>.
 	Prefix string
@@ -51,6 +54,9 @@ func (g *restOptionsGetter) GetRESTOptions(gr schema.GroupResource, _ runtime.Ob
 	cfg := storagebackend.NewDefaultConfig(g.opts.Prefix, g.codecs.LegacyCodec(gv))
 	cfg.EncodeVersioner = gv
 	cfg.Transport.ServerList = g.opts.Endpoints
+	cfg.Transport.TrustedCAFile = g.opts.CAFile
+	cfg.Transport.CertFile = g.opts.CertFile
+	cfg.Transport.KeyFile = g.opts.KeyFile
 	cfg.CountMetricPollPeriod = time.Minute
 	decorator := genericregistry.StorageWithCacher()
 	if g.opts.NoCache {

@@ -117,9 +117,9 @@ func (s *strategy) WarningsOnCreate(context.Context, runtime.Object) []string { 
 func (s *strategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
 	return nil
 }
-func (s *strategy) Canonicalize(runtime.Object)    {}
-func (s *strategy) AllowCreateOnUpdate() bool      { return false }
-func (s *strategy) AllowUnconditionalUpdate() bool { return true }
+func (s *strategy) Canonicalize(runtime.Object)                   {}
+func (s *strategy) AllowCreateOnUpdate(context.Context) bool      { return false }
+func (s *strategy) AllowUnconditionalUpdate(context.Context) bool { return true }
 
 // GetResetFields names the fields a request to this endpoint cannot change,
 // so server-side apply does not record ownership of them.

@@ -1,5 +1,7 @@
 // Command sandbox-apiserver is the aggregated API server serving
-// agents.x-k8s.io/v1beta1 sandboxes over warm microVMs (package apiserver).
+// agents.x-k8s.io/v1beta1 sandboxes over warm microVMs, with the
+// components package server composes around it (the e2b gateway with
+// --enable-e2b-api, the Pod-path webhook, the warm-pool driver).
 package main
 
 import (
@@ -12,16 +14,15 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/hearthvm/hearth/apiserver"
+	"github.com/hearthvm/hearth/server"
 )
 
 func main() {
-	opts := apiserver.NewOptions()
+	opts := server.NewOptions()
 	logCfg := logsapi.NewLoggingConfiguration()
 	fs := pflag.NewFlagSet("sandbox-apiserver", pflag.ExitOnError)
 	opts.AddFlags(fs)
 	logsapi.AddFlags(logCfg, fs)
-	// The e2b surface's flags (--enable-e2b-api, …) are registered here.
 	_ = fs.Parse(os.Args[1:])
 
 	logs.InitLogs()
@@ -43,7 +44,6 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	// The e2b gateway, when enabled, is started alongside srv here.
 	if err := srv.Run(genericapiserver.SetupSignalContext()); err != nil {
 		fail(err)
 	}

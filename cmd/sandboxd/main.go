@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/vmm/backends"
@@ -43,7 +43,14 @@ func run(o *node.Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	token, err := o.RootToken()
+	if o.WriteNodeToken != "" {
+		return o.WriteDerivedNodeToken()
+	}
+	nodeToken, err := o.NodeToken()
+	if err != nil {
+		return err
+	}
+	rootToken, err := o.RootToken()
 	if err != nil {
 		return err
 	}
@@ -58,13 +65,13 @@ func run(o *node.Options) error {
 	if err != nil {
 		return err
 	}
-	cfg := o.Config(token)
+	cfg := o.Config(nodeToken, rootToken)
 	cfg.Driver = driver
-	if o.Kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-		if err != nil {
-			return err
-		}
+	rc, err := o.PublishConfig()
+	if err != nil {
+		return err
+	}
+	if rc != nil {
 		if cfg.Publisher, err = inventory.NewApplyPublisher(rc, inventory.DefaultFieldManager); err != nil {
 			return err
 		}
@@ -78,7 +85,8 @@ func run(o *node.Options) error {
 		_ = n.Close(context.Background())
 		return err
 	}
-	srv := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ln = serve.Listen(ln, o.Serve)
+	srv := serve.NewServer(n.Handler(), o.Serve)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	serveErr := make(chan error, 1)

@@ -26,8 +26,8 @@ import (
 
 // Static users the control plane knows by bearer token.
 const (
-	AdminToken = "hearth-e2e-admin"       // user "admin", group system:masters
-	BobToken   = "hearth-e2e-bob"         // user "bob", no grants
+	AdminToken = "hearth-e2e-admin" // user "admin", group system:masters
+	BobToken   = "hearth-e2e-bob"   // user "bob", no grants
 	BobUser    = "bob"
 	AdminUser  = "admin"
 )
@@ -215,4 +215,3 @@ func CheckBinaries(binDir string) error {
 	}
 	return nil
 }
-

@@ -8,16 +8,24 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
 
 // Proc is one child process of the harness, logging to its own file. It is
 // stopped by its PID (SIGTERM, then SIGKILL after a grace period), never by
-// name.
+// name. A Proc that has exited may be started again with the same command
+// line (Restart), appending to the same log: the fault-injection suite's
+// kill -9 and restart of a daemon.
 type Proc struct {
 	Name string
 	Log  string // path of the combined stdout/stderr log
+	bin  string
+	args []string
+	env  []string
+
+	mu   sync.Mutex // guards cmd, done, err across Restart
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error // exit error; valid once done is closed
@@ -26,38 +34,103 @@ type Proc struct {
 // Start runs bin with args, environment env (appended to os.Environ), and
 // output to <logDir>/<name>.log.
 func Start(name, logDir, bin string, args []string, env ...string) (*Proc, error) {
-	logPath := fmt.Sprintf("%s/%s.log", logDir, name)
-	f, err := os.Create(logPath)
-	if err != nil {
+	p := &Proc{Name: name, Log: fmt.Sprintf("%s/%s.log", logDir, name), bin: bin, args: args, env: env}
+	if err := p.start(os.O_CREATE | os.O_TRUNC | os.O_WRONLY); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &Proc{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
 	return p, nil
 }
 
-// PID is the process id.
-func (p *Proc) PID() int { return p.cmd.Process.Pid }
+func (p *Proc) start(flags int) error {
+	f, err := os.OpenFile(p.Log, flags, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done, p.err = cmd, done, nil
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		if p.done == done {
+			p.err = err
+		}
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
 
-// Done is closed when the process has exited.
-func (p *Proc) Done() <-chan struct{} { return p.done }
+// Restart starts the process again with the same command line, appending
+// to its log. The previous run must have exited (ErrRunning otherwise).
+func (p *Proc) Restart() error {
+	if done, _ := p.Exited(); !done {
+		return fmt.Errorf("%s (pid %d): %w", p.Name, p.PID(), ErrRunning)
+	}
+	if f, err := os.OpenFile(p.Log, os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
+		fmt.Fprintf(f, "\n==== harness: restarting %s at %s ====\n", p.Name, time.Now().Format(time.RFC3339Nano))
+		f.Close()
+	}
+	return p.start(os.O_CREATE | os.O_APPEND | os.O_WRONLY)
+}
+
+// ErrRunning is Restart's error for a process that has not exited.
+var ErrRunning = errors.New("process still running")
+
+// Signal sends sig to the process itself (not its group: helpers it
+// started, and the guests a node daemon started in their own sessions,
+// are left alone), as a crash (SIGKILL) or a stall (SIGSTOP, SIGCONT)
+// of that one daemon would.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	if done, _ := p.Exited(); done {
+		return fmt.Errorf("%s: %w", p.Name, ErrExited)
+	}
+	return syscall.Kill(p.PID(), sig)
+}
+
+// Kill is kill -9 of the process alone (see Signal); it returns once the
+// process has exited.
+func (p *Proc) Kill() error {
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	<-p.Done()
+	return nil
+}
+
+// PID is the process id.
+func (p *Proc) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// Done is closed when the process (its current run) has exited.
+func (p *Proc) Done() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
 
 // Exited reports whether the process has exited, and with what.
 func (p *Proc) Exited() (bool, error) {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
 	select {
-	case <-p.done:
+	case <-done:
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		return true, p.err
 	default:
 		return false, nil
@@ -70,13 +143,15 @@ func (p *Proc) Stop(grace time.Duration) {
 	if done, _ := p.Exited(); done {
 		return
 	}
-	pgid := p.cmd.Process.Pid
+	pgid, done := p.PID(), p.Done()
+	// A stopped process (SIGSTOP) would never see the SIGTERM.
+	_ = syscall.Kill(-pgid, syscall.SIGCONT)
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case <-done:
 	case <-time.After(grace):
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-p.done
+		<-done
 	}
 }
 

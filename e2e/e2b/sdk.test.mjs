@@ -5,6 +5,7 @@
 // with warm capacity.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
+import http from 'node:http'
 import { Sandbox, CommandExitError, AuthenticationError } from 'e2b'
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
@@ -63,6 +64,123 @@ test('the e2b SDK drives a Hearth sandbox through its whole life', async (t) => 
     assert.ok(after.endAt.getTime() >= info.endAt.getTime(), 'setTimeout moved the lease end')
   })
 
+  await t.test('files.remove of a missing path succeeds; a symlink reports its resolved target', async () => {
+    await sandbox.files.remove('hearth-sdk/never-was.txt')
+    await sandbox.commands.run('ln -sf a.txt hearth-sdk/link && ln -sf link hearth-sdk/link2')
+    const info = await sandbox.files.getInfo('hearth-sdk/link2')
+    assert.equal(info.type, 'symlink')
+    assert.ok(info.symlinkTarget?.startsWith('/'), `symlinkTarget ${info.symlinkTarget} is absolute`)
+    assert.ok(info.symlinkTarget.endsWith('/hearth-sdk/a.txt'), `symlinkTarget ${info.symlinkTarget} is resolved`)
+  })
+
+  await t.test('files.getInfo carries size, mode, permissions, owner, group and mtime', async () => {
+    const i = await sandbox.files.getInfo('hearth-sdk/a.txt')
+    assert.equal(i.type, 'file')
+    assert.equal(i.size, 'hello file'.length)
+    assert.equal(i.mode, 0o644)
+    assert.equal(i.permissions, '-rw-r--r--')
+    assert.ok(i.owner && i.group, `owner ${i.owner} group ${i.group}`)
+    assert.ok(i.modifiedTime instanceof Date && Math.abs(i.modifiedTime.getTime() - Date.now()) < 600_000)
+    const listed = (await sandbox.files.list('hearth-sdk')).find((e) => e.name === 'a.txt')
+    assert.equal(listed.owner, i.owner)
+  })
+
+  await t.test('files.write metadata is kept as the file\'s metadata', async () => {
+    const w = await sandbox.files.write('hearth-sdk/md.txt', 'm', { metadata: { origin: 'sdk-test' } })
+    assert.deepEqual(w.metadata, { origin: 'sdk-test' })
+    assert.deepEqual((await sandbox.files.getInfo('hearth-sdk/md.txt')).metadata, { origin: 'sdk-test' })
+    assert.equal((await sandbox.files.getInfo('hearth-sdk/a.txt')).metadata, undefined)
+  })
+
+  await t.test('pty: create, sendInput, resize, kill', async () => {
+    let out = ''
+    const dec = new TextDecoder()
+    const enc = (s) => new TextEncoder().encode(s)
+    const h = await sandbox.pty.create({ cols: 100, rows: 30, onData: (d) => { out += dec.decode(d) } })
+    const waitFor = async (s) => {
+      for (let i = 0; i < 200 && !out.includes(s); i++) await new Promise((r) => setTimeout(r, 50))
+      assert.ok(out.includes(s), `pty output ${JSON.stringify(out)} misses ${JSON.stringify(s)}`)
+    }
+    await sandbox.pty.sendInput(h.pid, enc('stty size; test -t 0 && echo TTY-$((40+2))\n'))
+    await waitFor('TTY-42')
+    assert.match(out, /30 100/)
+    await sandbox.pty.resize(h.pid, { cols: 120, rows: 40 })
+    await sandbox.pty.sendInput(h.pid, enc('stty size\n'))
+    await waitFor('40 120')
+    assert.equal(await sandbox.pty.kill(h.pid), true)
+    await assert.rejects(h.wait(), CommandExitError)
+    assert.equal(await sandbox.pty.kill(h.pid), false, 'a second kill finds no process')
+  })
+
+  await t.test('files.watchDir reports create, write and remove, recursively', async () => {
+    await sandbox.files.makeDir('hearth-sdk/watched/sub')
+    const events = []
+    const w = await sandbox.files.watchDir('hearth-sdk/watched', (e) => { events.push(e) }, { recursive: true, includeEntry: true, allowNetworkMounts: true })
+    try {
+      await sandbox.files.write('hearth-sdk/watched/sub/n.txt', 'x')
+      await sandbox.files.remove('hearth-sdk/watched/sub/n.txt')
+      const has = (type) => events.some((e) => e.name === 'sub/n.txt' && e.type === type)
+      for (let i = 0; i < 100 && !(has('create') && has('write') && has('remove')); i++) await new Promise((r) => setTimeout(r, 50))
+      for (const type of ['create', 'write', 'remove']) assert.ok(has(type), `no ${type} in ${JSON.stringify(events)}`)
+      const created = events.find((e) => e.name === 'sub/n.txt' && e.type === 'create')
+      assert.equal(created.entry?.name, 'n.txt', 'includeEntry describes the created file')
+    } finally {
+      await w.stop()
+    }
+  })
+
+  await t.test('signed downloadUrl / uploadUrl work with no other credentials; unsigned and expired ones are refused', async () => {
+    // The SDK builds the URL on E2B_SANDBOX_URL; e2b's host addressing
+    // (<port>-<id>.<domain>) names the sandbox, as a browser would reach it.
+    const host = `49983-${sandbox.sandboxId}.${process.env.HEARTH_E2B_DOMAIN}`
+    const call = (u, method = 'GET', body) => new Promise((resolve, reject) => {
+      const url = new URL(u)
+      const req = http.request({ host: url.hostname, port: url.port, path: url.pathname + url.search, method, headers: { host } }, (res) => {
+        let data = ''
+        res.on('data', (c) => { data += c })
+        res.on('end', () => resolve({ status: res.statusCode, body: data }))
+      })
+      req.on('error', reject)
+      if (body !== undefined) { req.setHeader('content-type', 'application/octet-stream'); req.end(body) } else req.end()
+    })
+    const down = await sandbox.downloadUrl('hearth-sdk/a.txt')
+    assert.match(down, /signature=v1_/)
+    assert.deepEqual(await call(down), { status: 200, body: 'hello file' })
+    const up = await sandbox.uploadUrl('hearth-sdk/uploaded.txt', { useSignatureExpiration: 60 })
+    assert.match(up, /signature_expiration=/)
+    assert.equal((await call(up, 'POST', 'via url')).status, 200)
+    assert.equal(await sandbox.files.read('hearth-sdk/uploaded.txt'), 'via url')
+
+    const unsigned = new URL(down)
+    unsigned.searchParams.delete('signature')
+    assert.ok([401, 403].includes((await call(unsigned.toString())).status), 'an unsigned URL is refused')
+    const tampered = new URL(down)
+    tampered.searchParams.set('path', 'hearth-sdk/uploaded.txt')
+    assert.ok([401, 403].includes((await call(tampered.toString())).status), 'a signature is for its own path')
+    const expired = await sandbox.downloadUrl('hearth-sdk/a.txt', { useSignatureExpiration: -10 })
+    assert.ok([401, 403].includes((await call(expired)).status), 'an expired URL is refused')
+  })
+
+  await t.test('getMetrics honours start and end', async () => {
+    assert.ok((await sandbox.getMetrics()).length >= 1)
+    const future = new Date(Date.now() + 3_600_000)
+    assert.deepEqual(await sandbox.getMetrics({ start: future, end: new Date(future.getTime() + 60_000) }), [])
+  })
+
+  await t.test('Sandbox.create(<snapshot id>) starts a clone of the snapshot', async () => {
+    const snap = await sandbox.createSnapshot()
+    const clone = await Sandbox.create(snap.snapshotId)
+    try {
+      assert.notEqual(clone.sandboxId, sandbox.sandboxId)
+      assert.equal(await clone.files.read('hearth-sdk/a.txt'), 'hello file')
+      const r = await clone.commands.run('echo clone')
+      assert.equal(r.stdout, 'clone\n')
+    } finally {
+      await clone.kill()
+      await Sandbox.deleteSnapshot(snap.snapshotId)
+    }
+  })
+
   await t.test('pause twice: the second is false', async () => {
     assert.equal(await sandbox.pause(), true)
     assert.equal(await sandbox.pause(), false)
@@ -83,6 +201,60 @@ test('the e2b SDK drives a Hearth sandbox through its whole life', async (t) => 
     assert.equal(await sandbox.kill(), false)
     assert.equal(await sandbox.isRunning(), false)
   })
+})
+
+test('lifecycle onTimeout pause: paused, not killed, at its timeout; connect resumes it intact', async (t) => {
+  const sandbox = await Sandbox.create(template, { timeoutMs: 2_000, lifecycle: { onTimeout: 'pause' } })
+  t.after(async () => { await sandbox.kill().catch(() => {}) })
+  await sandbox.files.write('hearth-sdk/kept.txt', 'kept')
+  const bg = await sandbox.commands.run('sleep 600', { background: true })
+  assert.equal((await sandbox.getInfo()).lifecycle.onTimeout, 'pause')
+
+  let state
+  for (let i = 0; i < 100 && state !== 'paused'; i++) {
+    await new Promise((r) => setTimeout(r, 100))
+    state = (await Sandbox.getInfo(sandbox.sandboxId)).state
+  }
+  assert.equal(state, 'paused', 'the timeout paused the sandbox')
+  await new Promise((r) => setTimeout(r, 1_500))
+  assert.equal((await Sandbox.getInfo(sandbox.sandboxId)).state, 'paused', 'and it stays paused past its deadline')
+
+  const again = await Sandbox.connect(sandbox.sandboxId, { timeoutMs: 60_000 })
+  assert.equal((await again.getInfo()).state, 'running')
+  assert.equal(await again.files.read('hearth-sdk/kept.txt'), 'kept')
+  const procs = await again.commands.list()
+  assert.ok(procs.some((p) => p.pid === bg.pid), `process ${bg.pid} survived the pause: ${JSON.stringify(procs.map((p) => p.pid))}`)
+})
+
+test('lifecycle autoResume: a data-plane request resumes the auto-paused sandbox', async (t) => {
+  const sandbox = await Sandbox.create(template, { timeoutMs: 1_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  t.after(async () => { await sandbox.kill().catch(() => {}) })
+  let state
+  for (let i = 0; i < 100 && state !== 'paused'; i++) {
+    await new Promise((r) => setTimeout(r, 100))
+    state = (await Sandbox.getInfo(sandbox.sandboxId)).state
+  }
+  assert.equal(state, 'paused')
+  const r = await sandbox.commands.run('echo woke')
+  assert.equal(r.stdout, 'woke\n')
+  assert.equal((await sandbox.getInfo()).state, 'running')
+})
+
+test('pause({keepMemory: false}) keeps the file system only; connect restarts the sandbox from it', async (t) => {
+  const sandbox = await Sandbox.create(template)
+  t.after(async () => { await sandbox.kill().catch(() => {}) })
+  await sandbox.files.write('hearth-sdk/disk.txt', 'on disk')
+  const bg = await sandbox.commands.run('sleep 600', { background: true })
+  assert.equal(await sandbox.pause({ keepMemory: false }), true)
+  assert.equal((await sandbox.getInfo()).state, 'paused')
+  assert.equal(await sandbox.pause({ keepMemory: false }), false)
+
+  const again = await Sandbox.connect(sandbox.sandboxId)
+  assert.equal((await again.getInfo()).state, 'running')
+  assert.equal(await again.files.read('hearth-sdk/disk.txt'), 'on disk')
+  assert.equal((await again.commands.run('echo back')).stdout, 'back\n')
+  const procs = await again.commands.list()
+  assert.ok(!procs.some((p) => p.pid === bg.pid), 'processes do not survive a pause without memory')
 })
 
 test('a wrong API key is an AuthenticationError', async () => {

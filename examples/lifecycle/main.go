@@ -228,7 +228,7 @@ func (k *k8s) walk(ctx context.Context) {
 		}
 		return "child=" + child + " (deleted)", nil
 	})
-	for _, s := range []struct{ verb, phase string }{{"pause", "Hibernated"}, {"resume", "Running"}} {
+	for _, s := range []struct{ verb, phase string }{{"pause", "Paused"}, {"resume", "Running"}} {
 		step("k8s "+s.verb, func() (string, error) {
 			if _, err := k.action(ctx, name, s.verb, nil); err != nil {
 				return "", err

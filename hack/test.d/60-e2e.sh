@@ -4,7 +4,9 @@
 # e2e/.cache/bin (hack/setup.d/30-kube-binaries.sh), sandbox-apiserver and
 # two sandboxd --vmm sim built from this checkout, driven with kubectl and
 # client-go. Without the control-plane binaries the real-cluster test SKIPs
-# and prints why.
+# and prints why. TestFault is the fault-injection suite (docs/FAULTS.md):
+# concurrent creates while a node is killed, wedged, stopped or slowed and
+# while sandbox-apiserver is killed; its table is repeated in the summary.
 set -euo pipefail
 cd "$(dirname "$0")/../../e2e"
 export GOWORK=off
@@ -17,4 +19,8 @@ rc=${PIPESTATUS[0]}
 set -e
 echo "== e2e summary"
 grep -E -- '--- (PASS|FAIL|SKIP)|SKIP' "$log" || true
+if grep -q 'fault-injection results' "$log"; then
+  echo "== fault injection (docs/FAULTS.md)"
+  grep -E '^ +\|[ -]' "$log" || true
+fi
 exit "$rc"

@@ -73,6 +73,9 @@ func doBuild(pkg string) (string, error) {
 	out := filepath.Join(dir, filepath.Base(pkg))
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = root
+	// Static: the sim backend runs the agent inside a template's root
+	// filesystem, without the host's libc.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %v: %s", pkg, err, strings.TrimSpace(string(b)))
 	}

@@ -1,4 +1,4 @@
-// Package driver is the warm-pool driver (CONTRACT §6): it turns
+// Package driver is the warm-pool driver (docs/API.md#warm-capacity): it turns
 // SandboxWarmPool objects and the SandboxTemplates they name into each
 // node's warm targets (PUT /v1/pools, the whole set) and writes the warm
 // microVMs the fleet actually holds back into each pool's status. It never
@@ -19,7 +19,7 @@
 //   - each PUT has a 10 s deadline and runs concurrently: one slow or
 //     failing node does not stall the others; its counts come from its
 //     inventory instead;
-//   - without a root token no PUT is sent (fail closed); status is still
+//   - without the fleet secret no PUT is sent (fail closed); status is still
 //     written.
 package driver
 
@@ -42,16 +42,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
+	"github.com/hearthvm/hearth/internal/elect"
 	"github.com/hearthvm/hearth/inventory"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 )
 
@@ -72,8 +70,10 @@ type Config struct {
 	// REST reaches the API that stores the pools, templates, inventories
 	// and the Lease.
 	REST *rest.Config
-	// Token is the node root token sent with every PUT; empty sends none.
-	Token string
+	// Secret is the fleet secret. It is never sent: each node's PUT
+	// carries that node's own token, nodeapi.NodeToken(Secret, name), the
+	// name being its NodeInventory's. Empty sends nothing (fail closed).
+	Secret string
 	// Interval is the sync and status sampling period (default 5s).
 	Interval time.Duration
 	// Elect enables leader election (default off: the caller decides; the
@@ -84,7 +84,7 @@ type Config struct {
 	LeaseNamespace, LeaseName string
 	// Identity is this candidate's name (default hostname + random suffix).
 	Identity string
-	// HTTP is the client for node calls (default node.DefaultHTTPClient).
+	// HTTP is the client for node calls (default nodeapi.DefaultHTTPClient).
 	HTTP *http.Client
 }
 
@@ -137,39 +137,8 @@ func (d *Driver) Run(ctx context.Context) error {
 	if !d.cfg.Elect {
 		return d.loop(ctx)
 	}
-	cs, err := kubernetes.NewForConfig(d.cfg.REST)
-	if err != nil {
-		return err
-	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: d.cfg.LeaseNamespace, Name: d.cfg.LeaseName},
-		Client:     cs.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: d.cfg.Identity},
-	}
-	for ctx.Err() == nil {
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   15 * time.Second,
-			RenewDeadline:   10 * time.Second,
-			RetryPeriod:     2 * time.Second,
-			ReleaseOnCancel: true,
-			Name:            d.cfg.LeaseName,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(ctx context.Context) {
-					klog.InfoS("warm-pool driver leading", "identity", d.cfg.Identity)
-					if err := d.loop(ctx); err != nil && ctx.Err() == nil {
-						klog.ErrorS(err, "warm-pool driver loop")
-					}
-				},
-				OnStoppedLeading: func() { klog.InfoS("warm-pool driver stopped leading", "identity", d.cfg.Identity) },
-			},
-		})
-		if err != nil {
-			return err
-		}
-		le.Run(ctx) // returns when leadership is lost or ctx ends
-	}
-	return nil
+	return elect.Run(ctx, d.cfg.REST, elect.Lease{Namespace: d.cfg.LeaseNamespace, Name: d.cfg.LeaseName,
+		Identity: d.cfg.Identity, What: "warm-pool driver"}, d.loop)
 }
 
 // Kick asks for a tick as soon as possible.
@@ -373,8 +342,8 @@ func (d *Driver) listNodes(ctx context.Context) ([]schedNode, error) {
 // answering replaces its warm counts with the answer.
 func (d *Driver) apply(ctx context.Context, nodes []schedNode, plan pool.Plan) map[string]error {
 	errs := map[string]error{}
-	if d.cfg.Token == "" {
-		klog.V(1).InfoS("no node root token: warm targets not sent (fail closed)")
+	if d.cfg.Secret == "" {
+		klog.V(1).InfoS("no fleet secret: warm targets not sent (fail closed)")
 		return errs
 	}
 	var mu sync.Mutex
@@ -384,6 +353,9 @@ func (d *Driver) apply(ctx context.Context, nodes []schedNode, plan pool.Plan) m
 	for i := range nodes {
 		n := &nodes[i]
 		prev, ok := d.sent[n.name]
+		if ok && prev.addr != n.addr {
+			klog.InfoS("Node address changed; it gets only its own token at the new address", "node", n.name, "old", prev.addr, "new", n.addr)
+		}
 		if ok && prev.addr == n.addr && reflect.DeepEqual(prev.targets, plan.Targets[n.name]) && now.Sub(prev.at) < d.cfg.Interval-d.cfg.Interval/4 {
 			continue
 		}
@@ -394,13 +366,13 @@ func (d *Driver) apply(ctx context.Context, nodes []schedNode, plan pool.Plan) m
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			specs := make([]node.PoolSpec, 0, len(targets))
+			specs := make([]nodeapi.PoolSpec, 0, len(targets))
 			for _, t := range targets {
-				specs = append(specs, node.PoolSpec{Template: t.Key.Template, Net: t.Key.Net, Size: t.Key.Size, Warm: t.Warm})
+				specs = append(specs, nodeapi.PoolSpec{Template: t.Key.Template, Net: t.Key.Net, Size: t.Key.Size, Warm: t.Warm})
 			}
 			cctx, cancel := context.WithTimeout(ctx, PutTimeout)
 			defer cancel()
-			c := &node.Client{Addr: n.addr, Token: d.cfg.Token, HTTP: d.cfg.HTTP}
+			c := &nodeapi.Client{Addr: n.addr, Token: nodeapi.NodeToken(d.cfg.Secret, n.name), HTTP: d.cfg.HTTP}
 			info, err := c.PutPools(cctx, specs)
 			mu.Lock()
 			defer mu.Unlock()

@@ -23,31 +23,40 @@ import (
 
 	"github.com/hearthvm/hearth/apiserver/registry/registrytest"
 	"github.com/hearthvm/hearth/inventory"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/pool/driver"
 )
 
-const token = "root-token"
+// secret is the fleet secret; a fakeNode accepts only its own token.
+const secret = "fleet-secret"
 
 // fakeNode speaks PUT /v1/pools like a node whose pools fill instantly
-// (warm = target), or fails when broken is set.
+// (warm = target), or fails when broken is set. It accepts only its own
+// token, nodeapi.NodeToken(secret, name), and records every bearer token
+// it was sent.
 type fakeNode struct {
 	srv    *httptest.Server
+	name   string
+	tokens []string
 	mu     sync.Mutex
-	puts   [][]node.PoolSpec
+	puts   [][]nodeapi.PoolSpec
 	broken atomic.Bool
 	hang   chan struct{} // when non-nil, PUT blocks until closed or the request ends
 }
 
-func newFakeNode(t *testing.T) *fakeNode {
-	f := &fakeNode{}
+func newFakeNode(t *testing.T, name string) *fakeNode {
+	f := &fakeNode{name: name}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPut || r.URL.Path != "/v1/pools" {
 			http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
 			return
 		}
-		if r.Header.Get("Authorization") != "Bearer "+token {
+		got := r.Header.Get("Authorization")
+		f.mu.Lock()
+		f.tokens = append(f.tokens, got)
+		f.mu.Unlock()
+		if got != "Bearer "+nodeapi.NodeToken(secret, f.name) {
 			http.Error(w, `{"error":"unauthorized"}`, http.StatusUnauthorized)
 			return
 		}
@@ -62,7 +71,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 				return
 			}
 		}
-		var req node.PoolsRequest
+		var req nodeapi.PoolsRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, `{"error":"bad"}`, http.StatusBadRequest)
 			return
@@ -70,9 +79,9 @@ func newFakeNode(t *testing.T) *fakeNode {
 		f.mu.Lock()
 		f.puts = append(f.puts, req.Pools)
 		f.mu.Unlock()
-		info := node.Info{Pools: []node.PoolInfo{}}
+		info := nodeapi.Info{Pools: []nodeapi.PoolInfo{}}
 		for _, p := range req.Pools {
-			info.Pools = append(info.Pools, node.PoolInfo{Template: p.Template, Net: p.Net, Size: p.Size, Warm: p.Warm, Target: p.Warm})
+			info.Pools = append(info.Pools, nodeapi.PoolInfo{Template: p.Template, Net: p.Net, Size: p.Size, Warm: p.Warm, Target: p.Warm})
 		}
 		_ = json.NewEncoder(w).Encode(info)
 	}))
@@ -82,7 +91,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 
 func (f *fakeNode) addr() string { return strings.TrimPrefix(f.srv.URL, "http://") }
 
-func (f *fakeNode) lastPut() ([]node.PoolSpec, int) {
+func (f *fakeNode) lastPut() ([]nodeapi.PoolSpec, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.puts) == 0 {
@@ -186,7 +195,7 @@ func (f *failingTemplates) RoundTrip(r *http.Request) (*http.Response, error) {
 func setup(t *testing.T) (*registrytest.Server, dynamic.Interface, *fakeNode, *fakeNode, *failingTemplates, *driver.Driver) {
 	s := registrytest.Start(t)
 	dc := dynamic.NewForConfigOrDie(s.Config)
-	a, b := newFakeNode(t), newFakeNode(t)
+	a, b := newFakeNode(t, "node-a"), newFakeNode(t, "node-b")
 	apply(t, dc, tmpl)
 	apply(t, dc, inv("node-a", a.addr(), 1))
 	apply(t, dc, inv("node-b", b.addr(), 1))
@@ -194,7 +203,7 @@ func setup(t *testing.T) (*registrytest.Server, dynamic.Interface, *fakeNode, *f
 	ft := &failingTemplates{}
 	rc := rest.CopyConfig(s.Config)
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { ft.next = rt; return ft }
-	d, err := driver.New(driver.Config{REST: rc, Token: token, Interval: time.Hour})
+	d, err := driver.New(driver.Config{REST: rc, Secret: secret, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,8 +223,8 @@ func TestTick_SpreadsReplicasAndReportsWhatNodesHold(t *testing.T) {
 	}
 	pa, _ := a.lastPut()
 	pb, _ := b.lastPut()
-	want := func(w int32) []node.PoolSpec {
-		return []node.PoolSpec{{Template: rtKey.Template, Net: "none", Size: "small", Warm: w}}
+	want := func(w int32) []nodeapi.PoolSpec {
+		return []nodeapi.PoolSpec{{Template: rtKey.Template, Net: "none", Size: "small", Warm: w}}
 	}
 	if d := cmp.Diff(want(3), pa); d != "" {
 		t.Fatalf("node-a PUT -want +got:\n%s", d)
@@ -320,7 +329,7 @@ func TestRun_ElectedLoopReactsToPoolChanges(t *testing.T) {
 	s, dc, a, _, _, _ := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d, err := driver.New(driver.Config{REST: s.Config, Token: token, Interval: time.Hour, Elect: true, LeaseNamespace: "default"})
+	d, err := driver.New(driver.Config{REST: s.Config, Secret: secret, Interval: time.Hour, Elect: true, LeaseNamespace: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,6 +366,47 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %s", within)
 		}
 		time.Sleep(20 * time.Millisecond) // poll interval
+	}
+}
+
+// A NodeInventory whose address points at another node's listener (or an
+// attacker's) makes the driver send there only the publishing node's own
+// token: never the fleet secret, and useless on the node it points at.
+func TestTick_AddressPointedElsewhereGetsOnlyThatNodesToken(t *testing.T) {
+	_, dc, a, _, _, d := setup(t)
+	trap := newFakeNode(t, "trap") // a listener that accepts nothing and records
+	apply(t, dc, inv("node-evil", trap.addr(), 1))
+	apply(t, dc, inv("node-evil2", a.addr(), 1)) // node-a's address, another node's name
+	apply(t, dc, poolYAML(8))
+	tick, err := d.Tick(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	trap.mu.Lock()
+	got := append([]string(nil), trap.tokens...)
+	trap.mu.Unlock()
+	if len(got) == 0 {
+		t.Fatal("the driver sent node-evil nothing")
+	}
+	for _, h := range got {
+		if h != "Bearer "+nodeapi.NodeToken(secret, "node-evil") || strings.Contains(h, secret) {
+			t.Fatalf("node-evil's address received %q", h)
+		}
+	}
+	// node-evil2's PUT reached node-a with node-evil2's token: refused.
+	if tick.PutErrors["node-evil2"] == nil || nodeapi.StatusOf(tick.PutErrors["node-evil2"]) != http.StatusUnauthorized {
+		t.Fatalf("node-evil2 → node-a: %v, want 401", tick.PutErrors["node-evil2"])
+	}
+	// The captured token opens no other node.
+	req, _ := http.NewRequest(http.MethodPut, a.srv.URL+"/v1/pools", strings.NewReader(`{"pools":[]}`))
+	req.Header.Set("Authorization", got[0])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("node-evil's token on node-a: %d, want 401", resp.StatusCode)
 	}
 }
 

@@ -9,8 +9,8 @@ import (
 )
 
 // Options are the warm-pool driver's flags, for the binaries that embed
-// it (sandbox-apiserver behind a kube-apiserver; sandbox-dev has its own
-// copy of --warm-pool-sync-interval).
+// it (package server: sandbox-apiserver behind a kube-apiserver, and
+// sandbox-dev, which sets its own --warm-pool-sync-interval).
 type Options struct {
 	// Enabled runs the driver (elected: one replica drives at a time).
 	Enabled bool
@@ -41,12 +41,19 @@ func (o *Options) Validate() error {
 	return nil
 }
 
+// Config is the elected driver's configuration for cfg (the cluster
+// holding the pools, templates and NodeInventory objects) and the fleet
+// secret (Config.Secret).
+func (o *Options) Config(cfg *rest.Config, secret string) Config {
+	return Config{REST: cfg, Secret: secret, Interval: o.SyncInterval, Elect: true, LeaseNamespace: o.LeaseNamespace}
+}
+
 // NewDriver builds the elected driver for cfg (the cluster holding the
-// pools, templates and NodeInventory objects) and the node root token; nil
+// pools, templates and NodeInventory objects) and the fleet secret; nil
 // when disabled.
-func (o *Options) NewDriver(cfg *rest.Config, token string) (*Driver, error) {
+func (o *Options) NewDriver(cfg *rest.Config, secret string) (*Driver, error) {
 	if !o.Enabled {
 		return nil, nil
 	}
-	return New(Config{REST: cfg, Token: token, Interval: o.SyncInterval, Elect: true, LeaseNamespace: o.LeaseNamespace})
+	return New(o.Config(cfg, secret))
 }

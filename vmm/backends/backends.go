@@ -3,13 +3,17 @@
 package backends
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/hearthvm/hearth/image"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/cloudhypervisor"
 	"github.com/hearthvm/hearth/vmm/firecracker"
@@ -37,11 +41,20 @@ type Options struct {
 type Opener func(Options) (vmm.Driver, error)
 
 var openers = map[string]Opener{
-	// Extra keys: binary, config (--qemu-config JSON file), accel (auto|kvm|tcg).
+	// Extra keys: binary, config (--qemu-config JSON file), accel (auto|kvm|tcg),
+	// image_cache (each template's root disk is an ext4 image of its root
+	// filesystem from package image, DiskBytes large), disk (one base
+	// root-disk image for every template, overriding image_cache and the
+	// config's), egress_uid (passt's uid), egress_firewall (nft|off).
 	qemu.Backend: openQEMU,
-	sim.Name: func(o Options) (vmm.Driver, error) {
-		return sim.New(sim.Options{Root: o.RootDir, AgentCommand: o.AgentCommand, BootTimeout: o.BootTimeout, Logger: o.Logger})
-	},
+	// Extra keys: image_cache (resolve templates through package image
+	// with this cache directory; "default" is image.DefaultRoot()), rootfs
+	// (one root filesystem directory for every template), uid_base (first
+	// host uid of the guests' id range), cgroup_parent, lower_cache (the
+	// id-shifted template copies, shareable by the drivers of one host).
+	// Without image_cache and rootfs every template runs on the built-in
+	// busybox root.
+	sim.Name: openSim,
 	// Extra keys: binary, kernel, initrd, rootfs, boot_args.
 	firecracker.Name: func(o Options) (vmm.Driver, error) {
 		return firecracker.New(firecracker.Options{
@@ -79,7 +92,29 @@ func Open(name string, opts Options) (vmm.Driver, error) {
 }
 
 func openQEMU(o Options) (vmm.Driver, error) {
-	qo := qemu.Options{Root: o.RootDir, Binary: o.Extra["binary"], Accel: o.Extra["accel"], BootTimeout: o.BootTimeout}
+	qo := qemu.Options{Root: o.RootDir, Binary: o.Extra["binary"], Accel: o.Extra["accel"], BootTimeout: o.BootTimeout,
+		EgressFirewall: o.Extra["egress_firewall"]}
+	if store := imageStore(o); store != nil {
+		qo.Disk = func(template string) (string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), imageTimeout)
+			defer cancel()
+			r, err := store.Resolve(ctx, template)
+			if err != nil {
+				return "", err
+			}
+			return store.Ext4(ctx, r, DiskBytes)
+		}
+	}
+	if disk := o.Extra["disk"]; disk != "" {
+		qo.Disk = func(string) (string, error) { return disk, nil }
+	}
+	if u := o.Extra["egress_uid"]; u != "" {
+		uid, err := strconv.Atoi(u)
+		if err != nil || uid <= 0 {
+			return nil, fmt.Errorf("qemu: egress_uid %q: want a positive uid", u)
+		}
+		qo.EgressUID = uid
+	}
 	if p := o.Extra["config"]; p != "" {
 		c, err := qemu.LoadConfig(p)
 		if err != nil {
@@ -93,4 +128,49 @@ func openQEMU(o Options) (vmm.Driver, error) {
 	}
 	qo.Logf = func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }
 	return qemu.New(qo)
+}
+
+func openSim(o Options) (vmm.Driver, error) {
+	so := sim.Options{Root: o.RootDir, AgentCommand: o.AgentCommand, BootTimeout: o.BootTimeout, Logger: o.Logger,
+		CgroupParent: o.Extra["cgroup_parent"]}
+	if store := imageStore(o); store != nil {
+		so.Rootfs = func(ctx context.Context, template string) (string, error) {
+			r, err := store.Resolve(ctx, template)
+			return r.Dir, err
+		}
+	}
+	if dir := o.Extra["rootfs"]; dir != "" {
+		so.Rootfs = func(context.Context, string) (string, error) { return dir, nil }
+	}
+	so.LowerCache = o.Extra["lower_cache"]
+	if v := o.Extra["uid_base"]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("sim: uid_base %q is not a positive integer", v)
+		}
+		so.UIDBase = n
+	}
+	return sim.New(so)
+}
+
+// DiskBytes is the size of the root disk the qemu backend makes from a
+// template's root filesystem (sparse; the guest sees this much space).
+const DiskBytes = 4 << 30
+
+// imageTimeout bounds resolving a template (a first build of the built-in
+// image takes minutes).
+const imageTimeout = 15 * time.Minute
+
+// imageStore is the image cache named by the image_cache key ("default" is
+// image.DefaultRoot()), or nil without one. Its progress (a built-in image
+// build) goes to stderr, so a long first build is never silent.
+func imageStore(o Options) *image.Store {
+	cache := o.Extra["image_cache"]
+	if cache == "" {
+		return nil
+	}
+	if cache == "default" {
+		cache = image.DefaultRoot()
+	}
+	return &image.Store{Root: cache, Progress: os.Stderr}
 }

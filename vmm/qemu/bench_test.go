@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,10 +13,14 @@ import (
 
 // BenchmarkQEMU measures the real guest per accelerator: cold boot to agent
 // answer, snapshot, clone from a checkpoint to agent answer (with per-clone
-// RSS split into private and shared), and resume. KVM runs only where a
-// guest boots under it (not on PVM hosts with a stock kernel).
+// RSS split into private and shared, and PSS), and resume. KVM runs only
+// where a guest boots under it (not on PVM hosts with a stock kernel).
+// HEARTH_QEMU_DISK picks the root disk (default: the busybox test disk),
+// HEARTH_QEMU_NET the lane (default none):
 //
 //	go test -run XXX -bench QEMU -benchtime 3x ./vmm/qemu
+//	HEARTH_QEMU_DISK=/path/debian.ext4 HEARTH_QEMU_NET=egress \
+//	    go test -run XXX -bench QEMU/tcg -benchtime 3x ./vmm/qemu
 func BenchmarkQEMU(b *testing.B) {
 	for _, accel := range []string{AccelTCG, AccelKVM} {
 		b.Run(accel, func(b *testing.B) {
@@ -30,12 +35,13 @@ func BenchmarkQEMU(b *testing.B) {
 				}
 				_ = d.Destroy(ctx, h)
 			}
+			lane := os.Getenv("HEARTH_QEMU_NET")
 			seq := 0
 			next := func(p string) string { seq++; return fmt.Sprintf("%s-%d", p, seq) }
 
 			b.Run("ColdBoot", func(b *testing.B) {
 				for i := 0; i < b.N; i++ {
-					h, err := d.Boot(ctx, vmm.Spec{ID: next("boot"), Size: "small", Token: "t"})
+					h, err := d.Boot(ctx, vmm.Spec{ID: next("boot"), Net: lane, Size: "small", Token: "t"})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -45,7 +51,7 @@ func BenchmarkQEMU(b *testing.B) {
 				}
 			})
 
-			golden, err := d.Boot(ctx, vmm.Spec{ID: "golden", Size: "small", Token: "golden"})
+			golden, err := d.Boot(ctx, vmm.Spec{ID: "golden", Net: lane, Size: "small", Token: "golden"})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -69,14 +75,14 @@ func BenchmarkQEMU(b *testing.B) {
 					}
 				}()
 				for i := 0; i < b.N; i++ {
-					c, err := d.Clone(ctx, snap, vmm.Spec{ID: next("clone"), Token: next("tok")})
+					c, err := d.Clone(ctx, snap, vmm.Spec{ID: next("clone"), Net: lane, Token: next("tok")})
 					if err != nil {
 						b.Fatal(err)
 					}
 					clones = append(clones, c)
 				}
 				b.StopTimer()
-				var rss, priv, shared float64
+				var rss, priv, shared, pss float64
 				for _, c := range clones {
 					st, err := d.Stats(ctx, c)
 					if err != nil {
@@ -85,11 +91,13 @@ func BenchmarkQEMU(b *testing.B) {
 					rss += float64(st.RSSBytes)
 					priv += float64(st.PrivateBytes)
 					shared += float64(st.SharedBytes)
+					pss += float64(st.MemUsedBytes)
 				}
 				n := float64(len(clones)) * (1 << 20)
 				b.ReportMetric(rss/n, "rss-MiB/clone")
 				b.ReportMetric(priv/n, "private-MiB/clone")
 				b.ReportMetric(shared/n, "shared-MiB/clone")
+				b.ReportMetric(pss/n, "pss-MiB/clone")
 			})
 
 			b.Run("Resume", func(b *testing.B) {

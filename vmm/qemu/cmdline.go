@@ -22,9 +22,10 @@ const (
 )
 
 // Machine is everything that shapes a QEMU microvm command line. The
-// machine-model part (Accel, VCPUs, MemoryMiB, Kernel, Initrd, Cmdline) must
-// be identical between a snapshot's source and every VM started from it;
-// the rest (sockets, port, memory file and mode, incoming) is per process.
+// machine-model part (Accel, VCPUs, MemoryMiB, Kernel, Initrd, Cmdline, and
+// whether there is a Disk) must be identical between a snapshot's source and
+// every VM started from it; the rest (sockets, port, memory file and mode,
+// disk path, identity, network backend, incoming) is per process.
 type Machine struct {
 	Accel     string `json:"accel"`
 	VCPUs     int    `json:"vcpus"`
@@ -32,6 +33,10 @@ type Machine struct {
 	Kernel    string `json:"kernel"`
 	Initrd    string `json:"initrd"`
 	Cmdline   string `json:"cmdline"`
+	// Disk is the VM's root disk: its own qcow2 overlay over the
+	// template's read-only base image. Empty: no disk (the guest stays in
+	// its initramfs).
+	Disk string `json:"disk,omitempty"`
 
 	QMPSocket  string `json:"-"`
 	ConsoleLog string `json:"-"`
@@ -39,6 +44,14 @@ type Machine struct {
 	// Restrict isolates the guest from the host and the outside (slirp
 	// restrict=on); the host-forwarded agent port still works.
 	Restrict bool `json:"-"`
+	// NetFD, when set, backs the NIC with a connected stream socket QEMU
+	// inherits as fd 3 (the other end is passt's, see passt.go) instead of
+	// QEMU's own slirp; the host port is then passt's to forward.
+	NetFD bool `json:"-"`
+	// Identity is a file QEMU hands the guest as fw_cfg
+	// opt/hearth/identity (token, hostname, environment): the token never
+	// appears on QEMU's argv or the guest's kernel command line.
+	Identity string `json:"-"`
 	// MemPath backs guest RAM with a file; empty means anonymous RAM.
 	MemPath string `json:"-"`
 	// MemShared maps MemPath shared (share=on: writes reach the file, so a
@@ -66,7 +79,7 @@ func (m Machine) Validate() error {
 		return fmt.Errorf("qemu: qmp socket path %q is longer than %d bytes: use a shorter root", m.QMPSocket, maxSocketPath)
 	case m.HostPort <= 0 || m.HostPort > 65535:
 		return fmt.Errorf("qemu: host port %d out of range", m.HostPort)
-	case strings.ContainsAny(m.QMPSocket+m.ConsoleLog+m.MemPath, ","):
+	case strings.ContainsAny(m.QMPSocket+m.ConsoleLog+m.MemPath+m.Disk+m.Identity, ","):
 		return fmt.Errorf("qemu: paths must not contain commas")
 	}
 	return nil
@@ -103,52 +116,79 @@ func (m Machine) Args() []string {
 		serial = "file:" + m.ConsoleLog
 	}
 	a = append(a, "-serial", serial)
-	restrict := "off"
-	if m.Restrict {
-		restrict = "on"
+	if m.NetFD {
+		// QEMU's slirp saves state in the migration stream (section
+		// "slirp"), which a VM without slirp refuses to load. An unused,
+		// fully restricted slirp keeps the sections identical, so a
+		// checkpoint of either lane clones onto the other.
+		a = append(a,
+			"-netdev", "stream,id=net0,server=off,addr.type=fd,addr.str=3",
+			"-netdev", "user,id=unused0,restrict=on",
+		)
+	} else {
+		restrict := "off"
+		if m.Restrict {
+			restrict = "on"
+		}
+		a = append(a, "-netdev", fmt.Sprintf("user,id=net0,restrict=%s,hostfwd=tcp:127.0.0.1:%d-:%d", restrict, m.HostPort, AgentPort))
 	}
+	// Device order fixes the virtio-mmio slots, which migration matches.
 	a = append(a,
-		"-netdev", fmt.Sprintf("user,id=net0,restrict=%s,hostfwd=tcp:127.0.0.1:%d-:%d", restrict, m.HostPort, AgentPort),
 		"-device", "virtio-net-device,netdev=net0",
 		"-device", "virtio-rng-device",
-		"-qmp", "unix:"+m.QMPSocket+",server=on,wait=off",
 	)
+	if m.Disk != "" {
+		a = append(a,
+			"-drive", "id=disk0,if=none,format=qcow2,discard=unmap,file="+m.Disk,
+			"-device", "virtio-blk-device,drive=disk0",
+		)
+	}
+	if m.Identity != "" {
+		a = append(a, "-fw_cfg", "name="+IdentityFwCfg+",file="+m.Identity)
+	}
+	a = append(a, "-qmp", "unix:"+m.QMPSocket+",server=on,wait=off")
 	if m.Incoming != "" {
 		a = append(a, "-incoming", m.Incoming)
 	}
 	return a
 }
 
-// GuestCmdline is the kernel command line for a cold boot: the guest's base
-// line plus the agent token, hostname and environment /init reads.
-func GuestCmdline(base, token, hostname string, env map[string]string) string {
-	parts := []string{}
-	if base = strings.TrimSpace(base); base != "" {
-		parts = append(parts, base)
+// IdentityFwCfg is the fw_cfg file through which the guest's stage 1 reads
+// its identity (hack/guest/init).
+const IdentityFwCfg = "opt/hearth/identity"
+
+// Identity is what a guest learns about itself at boot, out of band (fw_cfg).
+type Identity struct {
+	Token    string
+	Hostname string
+	Env      map[string]string
+}
+
+// Encode renders id as the KEY=VALUE lines hack/guest/stage2 reads: token=,
+// hostname= and env= (base64 of comma-separated K=V pairs, sorted).
+func (id Identity) Encode() []byte {
+	var b strings.Builder
+	b.WriteString("token=" + id.Token + "\n")
+	if id.Hostname != "" {
+		b.WriteString("hostname=" + id.Hostname + "\n")
 	}
-	if token != "" {
-		parts = append(parts, "hearth.token="+token)
-	}
-	if hostname != "" {
-		parts = append(parts, "hearth.hostname="+hostname)
-	}
-	if len(env) > 0 {
-		keys := make([]string, 0, len(env))
-		for k := range env {
+	if len(id.Env) > 0 {
+		keys := make([]string, 0, len(id.Env))
+		for k := range id.Env {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
 		kv := make([]string, 0, len(keys))
 		for _, k := range keys {
-			kv = append(kv, k+"="+env[k])
+			kv = append(kv, k+"="+id.Env[k])
 		}
-		parts = append(parts, "hearth.env="+base64.StdEncoding.EncodeToString([]byte(strings.Join(kv, ","))))
+		b.WriteString("env=" + base64.StdEncoding.EncodeToString([]byte(strings.Join(kv, ","))) + "\n")
 	}
-	return strings.Join(parts, " ")
+	return []byte(b.String())
 }
 
-// validToken reports whether t can travel on the kernel command line
-// (no spaces, quotes or control bytes).
+// validToken reports whether t is a plain token: printable ASCII without
+// spaces, quotes or backslashes (it travels as one identity line).
 func validToken(t string) bool {
 	for _, c := range t {
 		if c <= ' ' || c == '"' || c == '\'' || c == '\\' || c > '~' {

@@ -53,7 +53,15 @@ func TestMachineArgs(t *testing.T) {
 		{"serial null", func(m *Machine) { m.ConsoleLog = "" }, "-serial", "null"},
 		{"netdev open lane", nil, "-netdev", "user,id=net0,restrict=off,hostfwd=tcp:127.0.0.1:40000-:49983"},
 		{"netdev restricted lane", func(m *Machine) { m.Restrict = true }, "-netdev", "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40000-:49983"},
+		{"netdev passt stream on fd 3 (and an unused restricted slirp for the migration sections)", func(m *Machine) { m.NetFD = true }, "-netdev",
+			"stream,id=net0,server=off,addr.type=fd,addr.str=3|user,id=unused0,restrict=on"},
 		{"devices", nil, "-device", "virtio-net-device,netdev=net0|virtio-rng-device"},
+		{"disk after the other devices", func(m *Machine) { m.Disk = "/r/vm/disk.qcow2" }, "-device",
+			"virtio-net-device,netdev=net0|virtio-rng-device|virtio-blk-device,drive=disk0"},
+		{"disk drive", func(m *Machine) { m.Disk = "/r/vm/disk.qcow2" }, "-drive", "id=disk0,if=none,format=qcow2,discard=unmap,file=/r/vm/disk.qcow2"},
+		{"no disk", nil, "-drive", ""},
+		{"identity by fw_cfg", func(m *Machine) { m.Identity = "/r/vm/identity" }, "-fw_cfg", "name=opt/hearth/identity,file=/r/vm/identity"},
+		{"no identity", nil, "-fw_cfg", ""},
 		{"qmp", nil, "-qmp", "unix:/r/vm/qmp.sock,server=on,wait=off"},
 		{"no incoming on boot", nil, "-incoming", ""},
 		{"incoming", func(m *Machine) { m.Incoming = "defer" }, "-incoming", "defer"},
@@ -90,6 +98,7 @@ func TestMachineValidate(t *testing.T) {
 		{"port 0", func(m *Machine) { m.HostPort = 0 }, false},
 		{"port too big", func(m *Machine) { m.HostPort = 70000 }, false},
 		{"comma in path", func(m *Machine) { m.MemPath = "/a,b/mem" }, false},
+		{"comma in disk path", func(m *Machine) { m.Disk = "/a,b/disk" }, false},
 		{"socket path too long", func(m *Machine) { m.QMPSocket = "/" + strings.Repeat("x", 107) }, false},
 	}
 	for _, tt := range tests {
@@ -103,21 +112,20 @@ func TestMachineValidate(t *testing.T) {
 	}
 }
 
-func TestGuestCmdline(t *testing.T) {
+func TestIdentityEncode(t *testing.T) {
 	env := base64.StdEncoding.EncodeToString([]byte("A=1,B=x y"))
 	tests := []struct {
-		name, base, token, host string
-		env                     map[string]string
-		want                    string
+		name string
+		id   Identity
+		want string
 	}{
-		{"all", " console=ttyS0 ", "tok", "h", map[string]string{"B": "x y", "A": "1"},
-			"console=ttyS0 hearth.token=tok hearth.hostname=h hearth.env=" + env},
-		{"no token", "quiet", "", "h", nil, "quiet hearth.hostname=h"},
-		{"empty base", "", "t", "", nil, "hearth.token=t"},
+		{"all", Identity{Token: "tok", Hostname: "h", Env: map[string]string{"B": "x y", "A": "1"}},
+			"token=tok\nhostname=h\nenv=" + env + "\n"},
+		{"token only", Identity{Token: "t"}, "token=t\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := GuestCmdline(tt.base, tt.token, tt.host, tt.env); got != tt.want {
+			if got := string(tt.id.Encode()); got != tt.want {
 				t.Fatalf("got %q, want %q", got, tt.want)
 			}
 		})

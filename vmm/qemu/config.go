@@ -8,11 +8,14 @@ import (
 	"path/filepath"
 )
 
-// Guest is a bootable guest: kernel, initramfs and base kernel command line.
+// Guest is a bootable guest: kernel, initramfs, base kernel command line
+// and, optionally, the template's root disk (a read-only base image, raw
+// ext4, that each VM overlays copy-on-write; Options.Disk overrides it).
 type Guest struct {
 	Kernel  string `json:"kernel"`
 	Initrd  string `json:"initrd"`
 	Cmdline string `json:"cmdline,omitempty"`
+	Disk    string `json:"disk,omitempty"`
 }
 
 // Size is the machine shape of a size class.
@@ -24,7 +27,7 @@ type Size struct {
 // Config maps templates (image references) to guests and size classes to
 // machine shapes. It is the node's --qemu-config file (JSON):
 //
-//	{"templates": {"*": {"kernel": "vmlinuz", "initrd": "initrd.cpio.gz"}},
+//	{"templates": {"*": {"kernel": "vmlinuz", "initrd": "initrd.cpio.gz", "disk": "busybox.ext4"}},
 //	 "sizes": {"small": {"vcpus": 1, "memory_mib": 256}}}
 //
 // Template "*" matches every template without an entry of its own. Relative
@@ -48,13 +51,23 @@ var DefaultSizes = map[string]Size{
 }
 
 // DefaultConfig maps every template to the guest built by
-// hack/setup.d/20-qemu-guest.sh into guestDir (vmlinuz, initrd.cpio.gz).
+// hack/setup.d/20-qemu-guest.sh into guestDir (vmlinuz, initrd.cpio.gz, and
+// its busybox test disk busybox.ext4 when present).
 func DefaultConfig(guestDir string) Config {
-	return Config{Templates: map[string]Guest{"*": {
+	g := Guest{
 		Kernel:  filepath.Join(guestDir, "vmlinuz"),
 		Initrd:  filepath.Join(guestDir, "initrd.cpio.gz"),
 		Cmdline: DefaultCmdline,
-	}}}
+	}
+	if disk := filepath.Join(guestDir, "busybox.ext4"); fileExists(disk) {
+		g.Disk = disk
+	}
+	return Config{Templates: map[string]Guest{"*": g}}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // DefaultGuestDir returns $HEARTH_QEMU_GUEST_DIR, else the first
@@ -101,6 +114,9 @@ func LoadConfig(path string) (Config, error) {
 		}
 		if g.Initrd != "" && !filepath.IsAbs(g.Initrd) {
 			g.Initrd = filepath.Join(base, g.Initrd)
+		}
+		if g.Disk != "" && !filepath.IsAbs(g.Disk) {
+			g.Disk = filepath.Join(base, g.Disk)
 		}
 		c.Templates[k] = g
 	}

@@ -41,7 +41,13 @@ func guestDriver(t testing.TB, accel string) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Options{Root: root, Accel: accel, Logf: t.Logf})
+	o := Options{Root: root, Accel: accel, Logf: t.Logf}
+	// HEARTH_QEMU_DISK swaps the busybox test disk for another base image
+	// (e.g. the built-in Debian one) in every test and benchmark.
+	if disk := os.Getenv("HEARTH_QEMU_DISK"); disk != "" {
+		o.Disk = func(string) (string, error) { return disk, nil }
+	}
+	d, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +56,12 @@ func guestDriver(t testing.TB, accel string) *Driver {
 		for _, h := range hs {
 			t.Errorf("vm %s still running at cleanup; killing", h.ID)
 			_ = d.Destroy(context.Background(), h)
+		}
+		if t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(root, "*", "console.log"))
+			for _, l := range logs {
+				t.Logf("%s:\n%s", l, logTail(l, 0))
+			}
 		}
 		_ = os.RemoveAll(root)
 	})
@@ -93,6 +105,12 @@ func waitHealthy(t *testing.T, addr string) {
 // run starts cmd through the agent's process.Process/Start (Connect JSON
 // server stream) and returns its stdout and exit status.
 func run(addr, token string, args ...string) (string, int, error) {
+	return runAs(addr, token, "", args...)
+}
+
+// runAs is run as the guest account user (the e2b SDK's Authorization:
+// Basic); "" leaves the agent's default.
+func runAs(addr, token, user string, args ...string) (string, int, error) {
 	body, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": append([]string{"-l", "-c"}, args...)}})
 	var frame bytes.Buffer
 	frame.WriteByte(0)
@@ -101,6 +119,9 @@ func run(addr, token string, args ...string) (string, int, error) {
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/process.Process/Start", &frame)
 	req.Header.Set("Content-Type", "application/connect+json")
 	req.Header.Set("X-Access-Token", token)
+	if user != "" {
+		req.SetBasicAuth(user, "")
+	}
 	c := http.Client{Timeout: 60 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {

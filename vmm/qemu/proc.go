@@ -70,6 +70,10 @@ func ParseProcStat(b []byte) (ProcStat, error) {
 	if len(f) < 13 || len(f[0]) != 1 {
 		return ProcStat{}, fmt.Errorf("proc stat: short line")
 	}
+	// The kernel's states are single ASCII letters (R, S, D, Z, T, t, I, ...).
+	if c := f[0][0]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+		return ProcStat{}, fmt.Errorf("proc stat: bad state %q", f[0])
+	}
 	u, err1 := strconv.ParseUint(f[11], 10, 64)
 	s, err2 := strconv.ParseUint(f[12], 10, 64)
 	if err1 != nil || err2 != nil {

@@ -3,29 +3,57 @@
 //
 // Contract:
 //   - One QEMU process per VM, in its own process group, with its run
-//     directory Root/<id> holding qmp.sock, qemu.pid, qemu.log, console.log
-//     and vm.json (the record a restarted node re-derives the Handle from).
-//   - The guest (kernel + initramfs, see hack/guest) runs the in-guest agent
-//     on port 49983; QEMU user-mode networking forwards a free host port on
-//     127.0.0.1 to it, so Handle.Addr is 127.0.0.1:<port>. The lane "none"
-//     runs slirp with restrict=on (no route out); "egress" without.
+//     directory Root/<id> holding qmp.sock, qemu.pid, qemu.log, console.log,
+//     disk.qcow2, passt.pid/passt.log (egress lane) and vm.json (the record
+//     a restarted node re-derives the Handle from).
+//   - The guest boots the configured kernel and initramfs (hack/guest). With
+//     a root disk — the template's base image from Options.Disk (e.g.
+//     package image's Store.Ext4) or the config's "disk", raw ext4, opened
+//     read-only and never written — each VM gets its own qcow2 overlay
+//     (disk.qcow2) on a virtio-blk device; the initramfs mounts it as / and
+//     runs the in-guest agent there as root, restarting it when it exits.
+//     Processes run as the image's "user" (uid 1000, /home/user) when it has
+//     that account. Without a disk the guest stays in its initramfs.
+//   - Identity: the agent token, hostname and environment reach the guest
+//     only through fw_cfg (opt/hearth/identity) from a 0600 file that is
+//     removed once QEMU has read it — never on QEMU's argv or environment,
+//     never on the guest's kernel command line. The guest keeps it in
+//     root-only /run/hearth.
+//   - The agent listens on guest port 49983; the host reaches it at
+//     Handle.Addr = 127.0.0.1:<free port>. Lane "none": QEMU slirp with
+//     restrict=on — the forwarded agent port works, the guest can open no
+//     connection at all. Lane "egress": the NIC is a socketpair to a per-VM
+//     passt (started as Options.EgressUID with --no-map-gw, so the gateway
+//     is not the host's loopback) which also forwards the agent port; the
+//     driver's nftables table (see passt.go) rejects new connections from
+//     that uid to every address of the node itself and to 169.254.0.0/16
+//     and fe80::/10. Other hosts on the node's networks (its gateway, other
+//     nodes, cluster service IPs) are reachable, as they are from any
+//     outbound connection. Both lanes give the guest 10.0.2.15/24 via
+//     10.0.2.2, DNS 10.0.2.3, so checkpoints clone onto either.
 //   - The accelerator is KVM only if a guest actually boots under it within
 //     Options.KVMProbeTimeout (on PVM hosts a stock kernel hangs); otherwise
 //     TCG. The decision is made once per Driver and reported by Accel.
 //   - Pause/Resume are QMP stop/cont (idempotent). Snapshot migrates the
 //     paused VM into a checkpoint directory (exec:cat; QEMU 7.2 has no file:
-//     URI) and restores its prior run state. A cold-booted VM's RAM is a
-//     shared file mapping, so its checkpoint is device state plus a sparse
-//     copy of that file, and clones map the copy privately: clean pages are
-//     shared between clones (copy-on-write). Other VMs (clones) checkpoint
-//     as one full migration stream.
-//   - Clone starts QEMU with -incoming from a checkpoint, then hands the
+//     URI), copies its disk as one qcow2 overlay directly over the base image
+//     (disk.qcow2; the migration has flushed and released it) and restores
+//     its prior run state. A cold-booted VM's RAM is a shared file mapping,
+//     so its checkpoint is device state plus a sparse copy of that file, and
+//     clones map the copy privately: clean pages are shared between clones
+//     (copy-on-write). Other VMs (clones) checkpoint as one full migration
+//     stream.
+//   - Clone starts QEMU with -incoming from a checkpoint over a fresh
+//     overlay of the checkpoint's disk, then — before returning — hands the
 //     guest agent the clone's own token through POST /hearth/identity
-//     (authenticated with the checkpoint's token), so the checkpoint's
-//     token stops working on the clone.
+//     (authenticated with the checkpoint's token), which the agent also
+//     writes to its token file: the checkpoint's token never works on a
+//     clone, and an agent restarted in the guest keeps the clone's token.
 //
-// The driver owns only processes and files under Root (and the checkpoint
-// directories callers name); it never decides which VM is warm or claimed.
+// The driver owns only processes and files under Root, the checkpoint
+// directories callers name, and the nftables table inet hearth_qemu; it
+// never decides which VM is warm or claimed. Base images must not change
+// while a VM or checkpoint uses them.
 package qemu
 
 import (
@@ -73,6 +101,25 @@ type Options struct {
 	BootTimeout time.Duration
 	// Logf receives operational messages; default log.Printf.
 	Logf func(format string, args ...any)
+
+	// Disk returns the base root-disk image (raw ext4, read-only, never
+	// written) of a template, e.g. from package image; "" means no disk.
+	// Nil: the config's "disk" for the template.
+	Disk func(template string) (path string, err error)
+	// QemuImg is the qemu-img executable; default qemu-img.
+	QemuImg string
+	// Passt is the passt executable (the "egress" lane); default passt.
+	Passt string
+	// Nft is the nft executable; default nft.
+	Nft string
+	// EgressUID is the uid passt runs as, matched by the egress firewall;
+	// default DefaultEgressUID. Nothing else may use it.
+	EgressUID int
+	// EgressFirewall is "nft" (default: the driver installs table
+	// inet hearth_qemu, see passt.go, and an egress boot fails if it
+	// cannot) or "off" (the node's own non-loopback addresses and
+	// 169.254.0.0/16 stay reachable from egress guests).
+	EgressFirewall string
 }
 
 // Driver is the QEMU backend. Methods are safe for concurrent use.
@@ -85,6 +132,8 @@ type Driver struct {
 
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per VM id
+
+	fwMu sync.Mutex // serialises nft runs
 
 	httpc *http.Client
 }
@@ -122,6 +171,25 @@ func New(o Options) (*Driver, error) {
 	}
 	if o.Logf == nil {
 		o.Logf = log.Printf
+	}
+	if o.QemuImg == "" {
+		o.QemuImg = "qemu-img"
+	}
+	if o.Passt == "" {
+		o.Passt = "passt"
+	}
+	if o.Nft == "" {
+		o.Nft = "nft"
+	}
+	if o.EgressUID == 0 {
+		o.EgressUID = DefaultEgressUID
+	}
+	switch o.EgressFirewall {
+	case "":
+		o.EgressFirewall = "nft"
+	case "nft", "off":
+	default:
+		return nil, fmt.Errorf("qemu: egress firewall %q: want nft or off", o.EgressFirewall)
 	}
 	if err := os.MkdirAll(o.Root, 0o755); err != nil {
 		return nil, err
@@ -172,7 +240,9 @@ type record struct {
 	MemPath   string     `json:"mem_path,omitempty"`
 	MemShared bool       `json:"mem_shared,omitempty"`
 	Restrict  bool       `json:"restrict,omitempty"`
-	Spec      vmm.Spec   `json:"spec"`
+	// DiskBase is the read-only base image under Machine.Disk's chain.
+	DiskBase string   `json:"disk_base,omitempty"`
+	Spec     vmm.Spec `json:"spec"`
 }
 
 // manifest is a checkpoint's snapshot.json.
@@ -183,7 +253,9 @@ type manifest struct {
 	// (everything in state).
 	Memory string `json:"memory"`
 	// Token is the agent token inside the checkpointed guest.
-	Token    string    `json:"token"`
+	Token string `json:"token"`
+	// DiskBase is the base image disk.qcow2 is an overlay of.
+	DiskBase string    `json:"disk_base,omitempty"`
 	Spec     vmm.Spec  `json:"spec"`
 	Paused   bool      `json:"paused,omitempty"`
 	Created  time.Time `json:"created"`
@@ -227,10 +299,17 @@ func (d *Driver) Boot(ctx context.Context, spec vmm.Spec) (vmm.Handle, error) {
 		return vmm.Handle{}, err
 	}
 	defer d.lock(spec.ID)()
+	base, err := d.baseDisk(spec.Template, g)
+	if err != nil {
+		return vmm.Handle{}, fmt.Errorf("qemu: disk for template %q: %w", spec.Template, err)
+	}
+	if base != "" && !fileExists(base) {
+		return vmm.Handle{}, fmt.Errorf("qemu: disk for template %q: %s does not exist", spec.Template, base)
+	}
 	m := Machine{
 		VCPUs: sz.VCPUs, MemoryMiB: sz.MemoryMiB,
-		Kernel: g.Kernel, Initrd: g.Initrd,
-		Cmdline: GuestCmdline(g.Cmdline, spec.Token, "hearth-guest", spec.Env),
+		Kernel: g.Kernel, Initrd: g.Initrd, Cmdline: g.Cmdline,
+		Disk: base, // the base for now; boot puts the VM's overlay over it
 	}
 	if accel := d.decided(); accel != "" {
 		m.Accel = accel
@@ -287,6 +366,14 @@ func (d *Driver) boot(ctx context.Context, spec vmm.Spec, m Machine, timeout tim
 	rec := record{Spec: spec, MemPath: filepath.Join(dir, "mem"), MemShared: true, Restrict: spec.Net != "egress"}
 	rec.Handle = vmm.Handle{ID: spec.ID, Backend: Backend, Dir: dir, Token: spec.Token}
 	rec.Machine = m
+	if m.Disk != "" {
+		rec.DiskBase = m.Disk
+		rec.Machine.Disk = filepath.Join(dir, "disk.qcow2")
+		if err := d.newOverlay(ctx, rec.Machine.Disk, m.Disk, diskFormat(m.Disk)); err != nil {
+			_ = os.RemoveAll(dir)
+			return vmm.Handle{}, err
+		}
+	}
 	h, err := d.launch(ctx, &rec, "", timeout)
 	if err != nil {
 		d.kill(rec.Handle.PID, dir)
@@ -307,12 +394,26 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 	m.QMPSocket = filepath.Join(dir, "qmp.sock")
 	m.ConsoleLog = filepath.Join(dir, "console.log")
 	m.MemPath, m.MemShared, m.Restrict = rec.MemPath, rec.MemShared, rec.Restrict
+	m.NetFD = rec.Spec.Net == "egress"
 	if incoming != "" {
 		m.Incoming = "defer"
 	}
-	// A host port picked free may be taken before QEMU binds it; QEMU then
-	// exits (possibly after its QMP socket appeared) saying "host
-	// forwarding", and a new port is tried.
+	if m.NetFD {
+		if err := d.ensureFirewall(ctx); err != nil {
+			return vmm.Handle{}, err
+		}
+	}
+	// The identity travels as a fw_cfg file, 0600, removed as soon as QEMU
+	// has read it (it has once QMP answers: QMP runs after machine init).
+	m.Identity = filepath.Join(dir, "identity")
+	id := Identity{Token: rec.Spec.Token, Hostname: "hearth-guest", Env: rec.Spec.Env}
+	if err := writeFile0600(m.Identity, id.Encode()); err != nil {
+		return vmm.Handle{}, err
+	}
+	defer os.Remove(m.Identity)
+	// A host port picked free may be taken before QEMU (or passt) binds
+	// it; QEMU then exits (possibly after its QMP socket appeared) saying
+	// "host forwarding", or passt exits, and a new port is tried.
 	var pid int
 	var q *QMP
 	var lastErr error
@@ -325,15 +426,30 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 		if err := m.Validate(); err != nil {
 			return vmm.Handle{}, err
 		}
-		pid, lastErr = d.spawn(ctx, dir, m)
+		var netEnd *os.File
+		if m.NetFD {
+			if _, netEnd, err = d.startPasst(dir, port); err != nil {
+				return vmm.Handle{}, err
+			}
+		}
+		pid, lastErr = d.spawn(ctx, dir, m, netEnd)
+		if netEnd != nil {
+			netEnd.Close()
+		}
 		if lastErr == nil {
 			q, lastErr = dialQMPWhileAlive(ctx, m.QMPSocket, pid)
-			if lastErr == nil {
+			if lastErr == nil && m.NetFD && !passtAlive(dir) {
+				q.Close()
+				lastErr = fmt.Errorf("qemu: host forwarding of port %d: passt exited: %s", port, logTail(filepath.Join(dir, "passt.log"), 0))
+				d.kill(pid, dir)
+			} else if lastErr == nil {
 				break
+			} else {
+				lastErr = d.exitErr(dir, pid, fmt.Errorf("qemu: qmp: %w", lastErr))
+				d.kill(pid, dir)
 			}
-			lastErr = d.exitErr(dir, pid, fmt.Errorf("qemu: qmp: %w", lastErr))
-			d.kill(pid, dir)
 		}
+		d.killPasst(dir)
 		if !strings.Contains(lastErr.Error(), "host forwarding") {
 			return vmm.Handle{}, lastErr
 		}
@@ -341,9 +457,13 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 	if lastErr != nil {
 		return vmm.Handle{}, lastErr
 	}
+	_ = os.Remove(m.Identity)
 	rec.Handle.PID = pid
 	rec.Handle.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(m.HostPort))
-	rec.Handle.Meta = map[string]string{"qmp": m.QMPSocket, "accel": m.Accel, "memory": memMode(rec)}
+	rec.Handle.Meta = map[string]string{"qmp": m.QMPSocket, "accel": m.Accel, "memory": memMode(rec), "net": netMode(m)}
+	if m.Disk != "" {
+		rec.Handle.Meta["disk"] = m.Disk
+	}
 	defer q.Close()
 	if incoming != "" {
 		// The stream's RAM blocks were skipped (x-ignore-shared) exactly
@@ -379,6 +499,29 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 	return rec.Handle, nil
 }
 
+func netMode(m Machine) string {
+	switch {
+	case m.NetFD:
+		return "passt"
+	case m.Restrict:
+		return "slirp-restricted"
+	default:
+		return "slirp"
+	}
+}
+
+func writeFile0600(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 func memMode(rec *record) string {
 	switch {
 	case rec.MemPath == "":
@@ -390,9 +533,9 @@ func memMode(rec *record) string {
 	}
 }
 
-// spawn starts QEMU in its own process group and waits until its QMP
-// socket exists (or it exits).
-func (d *Driver) spawn(ctx context.Context, dir string, m Machine) (int, error) {
+// spawn starts QEMU in its own process group (with netEnd, if any, as its
+// fd 3) and waits until its QMP socket exists (or it exits).
+func (d *Driver) spawn(ctx context.Context, dir string, m Machine, netEnd *os.File) (int, error) {
 	_ = os.Remove(m.QMPSocket)
 	logf, err := os.OpenFile(filepath.Join(dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -404,6 +547,9 @@ func (d *Driver) spawn(ctx context.Context, dir string, m Machine) (int, error) 
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if netEnd != nil {
+		cmd.ExtraFiles = []*os.File{netEnd}
+	}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("qemu: start: %w", err)
 	}
@@ -624,7 +770,7 @@ func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, dir string) error {
 	if err != nil {
 		return err
 	}
-	man, err := d.capture(ctx, q, rec, tmp)
+	man, err := d.capture(ctx, q, rec, tmp, true)
 	if st.Running {
 		if cerr := q.Execute(ctx, "cont", nil, nil); cerr != nil && err == nil {
 			err = cerr
@@ -646,9 +792,11 @@ func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, dir string) error {
 	return nil
 }
 
-// capture stops the VM and writes its state (and RAM file) into dir. It
-// leaves the VM stopped; the caller decides whether to cont.
-func (d *Driver) capture(ctx context.Context, q *QMP, rec record, dir string) (manifest, error) {
+// capture stops the VM and writes its state (and RAM file, and with
+// withDisk a copy of its disk overlay) into dir. It leaves the VM stopped;
+// the caller decides whether to cont. Without withDisk the manifest names
+// the VM's own overlay (Stop: the VM keeps using it).
+func (d *Driver) capture(ctx context.Context, q *QMP, rec record, dir string, withDisk bool) (manifest, error) {
 	if err := q.Execute(ctx, "stop", nil, nil); err != nil {
 		return manifest{}, err
 	}
@@ -679,6 +827,14 @@ func (d *Driver) capture(ctx context.Context, q *QMP, rec record, dir string) (m
 	}
 	man := manifest{Backend: Backend, Machine: rec.Machine, Memory: "stream", Token: rec.Handle.Token, Spec: rec.Spec, Created: time.Now().UTC()}
 	man.Machine.HostPort = 0
+	// The migration has flushed and released the disk; the overlay is
+	// consistent with the captured device state until the VM runs again.
+	if withDisk && rec.Machine.Disk != "" {
+		if err := d.flatten(ctx, rec.Machine.Disk, filepath.Join(dir, "disk.qcow2"), rec.DiskBase, diskFormat(rec.DiskBase)); err != nil {
+			return manifest{}, err
+		}
+		man.Machine.Disk, man.DiskBase = "disk.qcow2", rec.DiskBase
+	}
 	if shared {
 		n, err := copySparse(rec.MemPath, filepath.Join(dir, "mem"))
 		if err != nil {
@@ -740,6 +896,11 @@ func readManifest(dir string) (manifest, error) {
 	if _, err := os.Stat(filepath.Join(dir, "state")); err != nil {
 		return manifest{}, fmt.Errorf("%w: %v", vmm.ErrSnapshotInvalid, err)
 	}
+	if man.Machine.Disk == "disk.qcow2" {
+		if _, err := os.Stat(filepath.Join(dir, "disk.qcow2")); err != nil {
+			return manifest{}, fmt.Errorf("%w: %v", vmm.ErrSnapshotInvalid, err)
+		}
+	}
 	if man.Memory == "file" {
 		fi, err := os.Stat(filepath.Join(dir, "mem"))
 		if err != nil {
@@ -784,7 +945,18 @@ func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Hand
 	if man.Memory == "file" {
 		rec.MemPath = filepath.Join(dir, "mem")
 	}
-	h, err := d.launch(ctx, &rec, dir, d.o.BootTimeout)
+	var err2 error
+	if man.Machine.Disk != "" {
+		rec.DiskBase = man.DiskBase
+		rec.Machine.Disk = filepath.Join(vdir, "disk.qcow2")
+		err2 = d.newOverlay(ctx, rec.Machine.Disk, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	}
+	h, err := vmm.Handle{}, err2
+	if err == nil {
+		h, err = d.launch(ctx, &rec, dir, d.o.BootTimeout)
+	}
+	// Re-key before returning: the checkpoint's token must never work on a
+	// VM that can be handed out.
 	if err == nil && spec.Token != man.Token {
 		err = d.setIdentity(ctx, h.Addr, man.Token, spec.Token)
 		if err == nil {
@@ -854,7 +1026,7 @@ func (d *Driver) Stop(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return h, err
 	}
-	man, err := d.capture(ctx, q, rec, tmp)
+	man, err := d.capture(ctx, q, rec, tmp, false)
 	if err != nil {
 		if st.Running {
 			_ = q.Execute(ctx, "cont", nil, nil)
@@ -950,6 +1122,7 @@ func (d *Driver) Destroy(ctx context.Context, h vmm.Handle) error {
 // kill ends the QEMU process of dir (SIGKILL to its process group) and
 // waits, bounded, until it is gone.
 func (d *Driver) kill(pid int, dir string) {
+	defer d.killPasst(dir)
 	sock := filepath.Join(dir, "qmp.sock")
 	if !pidAlive(pid, sock) {
 		return
@@ -993,6 +1166,17 @@ func (d *Driver) Stats(ctx context.Context, h vmm.Handle) (vmm.Stats, error) {
 	}
 	s.RSSBytes, s.PrivateBytes, s.SharedBytes = sm.RSS, sm.Private, sm.Shared
 	s.MemUsedBytes = sm.PSS
+	// An egress VM's passt (about 20 MiB, mostly private) is its process too.
+	if pp := passtPID(rec.Handle.Dir); pp > 0 {
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pp) + "/smaps_rollup"); err == nil {
+			if ps, err := ParseSmapsRollup(b); err == nil {
+				s.RSSBytes += ps.RSS
+				s.PrivateBytes += ps.Private
+				s.SharedBytes += ps.Shared
+				s.MemUsedBytes += ps.PSS
+			}
+		}
+	}
 	s.MemUsedMeasured = !rec.Handle.Paused
 	s.CPUSeconds = float64(st.UTime+st.STime) / clockTicks
 	return s, nil

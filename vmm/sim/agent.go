@@ -113,6 +113,7 @@ func buildAgent(dataDir string) (string, error) {
 	tmp := out + ".build"
 	cmd := exec.Command(gobin, "build", "-o", tmp, "./cmd/sandbox-agent")
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // runs inside the template's root filesystem
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/sandbox-agent in %s: %v: %s", root, err, strings.TrimSpace(string(b)))
 	}

@@ -1,28 +1,166 @@
-// Package sim is the process-backed VMM backend: each "microVM" is a
-// confined host process running the in-guest agent (cmd/sandbox-agent,
-// package e2b/envd). It needs no KVM and no root-only feature, so it is the
-// default backend and the one every test and `sandbox-dev` runs on.
+// Package sim is the default VMM backend: a confined process sandbox. Each
+// "microVM" is the in-guest agent (cmd/sandbox-agent, package agent) running
+// in its own Linux namespaces and cgroup on the template's root filesystem.
+// Said plainly: this is container-level isolation, not a VM. The guest
+// shares the host kernel; a kernel bug is a sandbox escape. Use qemu,
+// firecracker or cloud-hypervisor where that matters. It needs root on the
+// node (it mounts, creates namespaces and cgroups) but no KVM, so it is the
+// backend every test and `sandbox-dev` runs on.
 //
-// The driver owns the directory it is given (Options.Root) and the agent
-// processes it starts, nothing else. Each VM lives in <root>/<id>/:
+// The driver owns the directory it is given (Options.Root), the processes
+// it starts, their cgroups and their mounts, nothing else. Each VM lives in
+// <root>/<id>/:
 //
-//	vm.json   the VM's record (identity, pid, addr, paused), rewritten atomically
-//	token     the agent's access token (0600)
-//	addr      the agent's bound host:port, written by the agent
-//	agent.log the agent's stdout and stderr
-//	home/     the guest's root and working directory
-//	tmp/      the guest's TMPDIR
+//	vm.json   the record: identity, init pid and cgroup (written the moment
+//	          the init starts, before the agent answers), addr, paused
+//	token     the agent's access token (0600, host root)
+//	agent.log the init's and the agent's output (capped at 4 MiB per start)
+//	upper/    the VM's writable layer (overlayfs upperdir): the VM's disk
+//	work/     overlayfs workdir
+//	rootfs/   the VM's root: overlay of the template and upper/
 //
-// Each agent runs in its own process group (Setpgid) with a minimal
-// environment (the node's environment, which may hold secrets, is not
-// inherited). There is no parent-death signal on purpose: guests must
-// survive a node crash so that the restarted node re-adopts them. Pause and
-// Resume send SIGSTOP and SIGCONT to the whole group.
+// <root>/.lower/<hash>/ holds each template root filesystem copied once with
+// its ids shifted into the guests' range (see below), <root>/.agent/<hash>/
+// the agent executable as an overlay layer (/.hearth-agent/<name>, owned by
+// host root: the guest runs it but cannot change it; one layer per binary
+// content, so an upgraded agent does not touch running VMs),
+// <root>/.images/busybox the built-in root filesystem used when
+// Options.Rootfs is nil. A VM's root is the overlay
+// agent layer : template lower : upper, with the layer paths given
+// relative to the VM directory so no host path shows in the guest's
+// mountinfo.
 //
-// A process is recognized as a VM's only if /proc/<pid>/cmdline carries that
-// VM's addr-file path, which guards every signal against PID reuse.
+// # Templates
 //
-// Checkpoints (Snapshot) are a copy of the VM's home/ plus manifest.json;
-// Clone copies a checkpoint into a fresh VM directory and starts a new agent
-// with the new identity (id, token, port).
+// Options.Rootfs maps a template to a root filesystem directory; sandboxd
+// wires package image there with --vmm-opt image_cache=<dir>|default (OCI
+// images, the built-in Debian bookworm image). Without it every template
+// runs on a built-in busybox root (tests, sandbox-dev). The first VM of a
+// template pays for the id-shifted copy (the Debian image: about 250 MB,
+// tens of seconds); idmapped lower layers would remove that copy.
+//
+// # Mechanism
+//
+// Plain clone flags from Go plus a re-executed init, no bubblewrap or crun.
+// Those would add a dependency and a second process model and still leave
+// the parts that matter to us (a netns owned by the initial user namespace,
+// overlay layers the driver copies, cgroup adoption after a node crash) to
+// this package. The init is the driver's own binary (/proc/self/exe) started
+// with argv[0] "hearth-sim-init"; this package's init() runs it, so any
+// binary that links the package can be a VM's init. Start-up:
+//
+//  1. The driver creates the VM's cgroup (limits from the size class),
+//     mounts the overlay at rootfs/ and, on an OS thread that unshares a new
+//     network namespace (so the netns belongs to the initial user
+//     namespace), starts the init with CLONE_NEWNS|NEWPID|NEWUTS|NEWIPC.
+//  2. The init blocks reading its config from a pipe (fd 3) while the
+//     driver moves it into the cgroup and records its pid in vm.json, sets
+//     up the network, then writes the config (including the token, never in
+//     argv or env) and closes the pipe. A driver that dies before that
+//     closes the pipe and the init exits: no orphan.
+//  3. The init (pid 1, still host root) makes / private, mounts /proc (its
+//     own pid namespace), a tmpfs /dev with null, zero, full, random,
+//     urandom and tty bound from the host, devpts and /dev/shm, and a tmpfs
+//     /.hearth (0700, owned by the guest's root) holding the token (0600).
+//     Every descriptor past stdio it inherited is made close-on-exec. It
+//     pivot_roots into rootfs/ and detaches the host's root: no node data
+//     dir, no other VM's layers, no host path.
+//  4. It starts the agent (Options.AgentCommand[0], a static binary, from
+//     the agent layer) in a new user namespace (plus uts, ipc and cgroup
+//     namespaces) as the namespace's root, serving 0.0.0.0:49983, with
+//     --token-file /.hearth/token and --root /home/user. The agent's first
+//     act is to put itself under the syscall filter (package seccomp, asked
+//     for by $HEARTH_SIM_SECCOMP; the driver refuses a VM whose agent does
+//     not show "Seccomp: 2"), so every guest process inherits it. Then the
+//     init drops to host uid/gid UIDBase+65536 (no account, no guest id) with
+//     no capabilities and no-new-privs, and only reaps children; when the
+//     agent exits the init exits and the kernel kills the rest of the pid
+//     namespace. Its command line, which the guest sees as pid 1's, is
+//     "hearth-sim-init <id>".
+//
+// The syscall filter (amd64; other architectures run without one) makes
+// clone/unshare with CLONE_NEWUSER fail (no nested user namespaces: they
+// open most of the kernel to the guest's root), clone3 return ENOSYS (libc
+// falls back to clone), and keyrings, bpf, perf_event_open, userfaultfd,
+// io_uring, module, kexec, swap, I/O-port and a few more calls fail with
+// EPERM; a foreign architecture kills the process.
+//
+// The mount, pid and network namespaces belong to the initial user
+// namespace, so the guest's root cannot mount, unmount or change routes;
+// it can do what root in a user namespace can (own its files, chown within
+// its range, setuid to `user`, create mount/pid/... namespaces nested in its
+// own user namespace, but no nested user namespace).
+//
+// # Ids
+//
+// One subordinate range shared by all VMs: guest id g is host id
+// Options.UIDBase+g (default DefaultUIDBase = 0x70000000) for g in
+// [0, 65536). The guest's root is host uid 0x70000000, the image's `user`
+// (1000) is 0x700003e8: no host account. The template's files are copied
+// once per template with ids shifted by the base (the overlay's lower
+// layer), so every guest sees its files owned as the image says. A range
+// per VM would need a shifted copy per VM, or idmapped lower layers (a
+// possible later step); the namespaces already keep VMs apart (own pid
+// namespace, own mounts, own netns), so sharing uids across VMs only matters
+// to a process that has already escaped.
+//
+// # Cgroups
+//
+// One cgroup per VM, <CgroupParent>/<hash of Root>-<id> (default parent
+// "hearth-sim"): on v1 in the freezer, memory, cpu, cpuacct and pids
+// hierarchies, on v2 in the unified one (detected by
+// /sys/fs/cgroup/cgroup.controllers). The size class sets memory and CPU:
+// small 1 CPU / 2 GiB, medium 4 / 8 GiB, large 8 / 16 GiB (memory limit and
+// a CFS quota of cpus×100ms per 100ms), plus 4096 pids. Pause freezes the
+// cgroup (freezer.state / cgroup.freeze) and Resume thaws it. Stop, Destroy
+// and failed starts kill every process in it (cgroup.kill on v2; otherwise
+// freeze, SIGKILL every task, thaw, until empty), then Destroy removes it.
+// A pid is only ever recognized as a VM's init if /proc/<pid>/cgroup names
+// that VM's cgroup (the guard against pid reuse); a /proc that cannot be
+// read (EMFILE...) is an error, never "not running".
+//
+// Orphans: each driver registers its Root in /run/hearth-sim/<parent>/<hash>
+// (share-locked while its process lives), and New (or SweepOrphans) kills
+// and removes the cgroups under the parent whose root no longer exists and
+// whose registration no live driver holds — the guests of a node whose data
+// dir was deleted while it was down. A root is known from the registration
+// or from the VM log its guest writes to; a guest of unknown root, of an
+// existing root or of a live driver is never touched (see orphans.go).
+//
+// # Network
+//
+// Egress VMs get /etc/resolv.conf naming 10.0.2.3 (a read-only bind from
+// the agent layer; a guest-made symlink there is left alone).
+//
+// Every VM has its own network namespace, created by the driver (owned by
+// the initial user namespace: the guest has no CAP_NET_ADMIN over it).
+// "none": loopback only. "egress": slirp4netns (user-mode TCP/IP, run as
+// host root with --enable-sandbox --enable-seccomp --disable-host-loopback,
+// in the VM's cgroup so it is frozen and killed with the VM) gives tap0,
+// 10.0.2.100/24, gateway 10.0.2.2, DNS 10.0.2.3. Before the init proceeds
+// the driver adds unreachable routes in the namespace for 10.0.2.2 (the
+// host), 169.254.0.0/16 (link-local, metadata) and every address of the
+// node; routes rather than iptables rules because they need no packages
+// and the guest cannot remove them either.
+//
+// The node reaches the agent at Handle.Addr, a 127.0.0.1 port the driver
+// forwards into the VM's netns (a socket created on a thread that joined
+// the netns, connecting to 127.0.0.1:49983 there). The forwarder lives in
+// the driver's process: after a node restart Restore re-attaches to the
+// running VM and returns a new Addr. Driver.Dial (vmm.PortDialer) connects
+// to any port of a guest the same way.
+//
+// # Checkpoints
+//
+// Snapshot freezes the VM, copies upper/ (ownership, modes, symlinks,
+// overlay whiteouts and opaque directories) and writes manifest.json
+// (version 2). Clone copies that into a new VM's upper/ and boots it with the
+// new identity: the token is spec.Token from the first instruction the
+// agent runs, so the checkpointed VM's token is never valid on a clone
+// (it lived only in the source's tmpfs and memory). Process state is not
+// checkpointed: a clone boots afresh on the copied disk.
+//
+// A re-key through the agent (POST /hearth/identity) is persisted by the
+// agent in /.hearth/token; the driver copies it back to token on Stop and on
+// re-adoption, so a restarted VM keeps its current token.
 package sim

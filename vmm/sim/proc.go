@@ -3,13 +3,14 @@ package sim
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // clockTicks is USER_HZ, which is 100 on every Linux architecture Go targets.
@@ -18,60 +19,47 @@ const clockTicks = 100
 // statFields returns the fields of /proc/<pid>/stat after the command name
 // (index 0 is the state), or nil when the process does not exist.
 func statFields(pid int) []string {
+	f, _ := statFieldsErr(pid)
+	return f
+}
+
+// statFieldsErr is statFields telling "no such process" (nil, nil) from a
+// failure to read (an error: EMFILE, ENOMEM... prove nothing).
+func statFieldsErr(pid int) ([]string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return nil
+		if gone(err) {
+			return nil, nil
+		}
+		return nil, err
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || i+2 > len(b) {
-		return nil
+		return nil, nil
 	}
-	return strings.Fields(string(b[i+2:]))
+	return strings.Fields(string(b[i+2:])), nil
+}
+
+// gone reports a /proc read that failed because the process is gone.
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
 // procState returns the state letter of pid ('R', 'S', 'T', 'Z', ...) or 0
 // when there is no such process.
 func procState(pid int) byte {
-	f := statFields(pid)
-	if len(f) == 0 || f[0] == "" {
-		return 0
-	}
-	return f[0][0]
+	st, _ := procStateErr(pid)
+	return st
 }
 
-func procExists(pid int) bool {
-	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-	return err == nil
-}
-
-// groupMembers returns the live processes of process group pgid.
-func groupMembers(pgid int) []int {
-	out := []int{}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return []int{pgid}
+// procStateErr is procState failing when /proc cannot be read (rather
+// than reporting the process gone).
+func procStateErr(pid int) (byte, error) {
+	f, err := statFieldsErr(pid)
+	if err != nil || len(f) == 0 || f[0] == "" {
+		return 0, err
 	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		f := statFields(pid)
-		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-func cpuSeconds(pid int) float64 {
-	f := statFields(pid)
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return float64(u+s) / clockTicks
+	return f[0][0], nil
 }
 
 type memFigures struct{ rss, private, shared int64 }
@@ -117,45 +105,6 @@ func parseSmapsRollup(r io.Reader) (memFigures, bool) {
 	return m, found
 }
 
-// copyTree copies the directory src to dst (which must not exist): regular
-// files, directories and symlinks, with their permission bits. Other file
-// types (sockets, fifos, devices) are skipped. It returns the number of
-// regular files and bytes copied.
-func copyTree(src, dst string) (files int, n int64, err error) {
-	err = filepath.WalkDir(src, func(path string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		info, err := de.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case de.IsDir():
-			// Owner rwx is kept so the copy can be filled (and removed).
-			return os.Mkdir(target, info.Mode().Perm()|0o700)
-		case info.Mode()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(link, target)
-		case info.Mode().IsRegular():
-			c, err := copyFile(path, target, info.Mode().Perm())
-			files++
-			n += c
-			return err
-		}
-		return nil
-	})
-	return files, n, err
-}
-
 func copyFile(src, dst string, perm fs.FileMode) (int64, error) {
 	in, err := os.Open(src)
 	if err != nil {
@@ -171,4 +120,25 @@ func copyFile(src, dst string, perm fs.FileMode) (int64, error) {
 		err = cerr
 	}
 	return n, err
+}
+
+// procPPid returns pid's parent pid (0 if unknown).
+func procPPid(pid int) int {
+	f := statFields(pid)
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+// procStatus returns the value of the field name in /proc/<pid>/status.
+func procStatus(pid int, name string) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }

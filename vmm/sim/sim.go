@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -19,10 +20,12 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
+	"github.com/hearthvm/hearth/vmm/sim/seccomp"
 )
 
 // Name is the backend id.
@@ -32,53 +35,103 @@ const Name = "sim"
 const (
 	recordFile = "vm.json"
 	tokenFile  = "token"
-	addrFile   = "addr"
 	logFile    = "agent.log"
-	homeDir    = "home"
-	tmpDir     = "tmp"
+	upperDir   = "upper"  // the VM's writable layer (overlay upperdir)
+	workDir    = "work"   // overlay workdir
+	rootfsDir  = "rootfs" // the VM's root: overlay of the template and upper
 	// manifestFile is the checkpoint manifest.
 	manifestFile = "manifest.json"
+)
+
+// Defaults of Options.
+const (
+	// DefaultUIDBase is the first host uid (and gid) of the subordinate
+	// range every VM's user namespace maps: guest id g is host id
+	// DefaultUIDBase+g, for g in [0, UIDRange).
+	DefaultUIDBase = 0x70000000
+	// UIDRange is the size of the mapped id range.
+	UIDRange = 65536
+	// DefaultCgroupParent is the cgroup (under each hierarchy's root) that
+	// holds the VMs' cgroups.
+	DefaultCgroupParent = "hearth-sim"
+	// pidsMax bounds the processes of one VM.
+	pidsMax = 4096
 )
 
 // ErrAlreadyExists is returned (wrapped) when a VM directory or a checkpoint
 // directory is already taken.
 var ErrAlreadyExists = errors.New("already exists")
 
+var errNotRunning = vmm.ErrNotRunning
+
 // Options configure a Driver.
 type Options struct {
 	// Root is the directory the driver owns; it is created if missing.
 	Root string
-	// AgentCommand is the agent executable and leading arguments (see
-	// FindAgent). The driver appends --listen, --addr-file, --root and
-	// --token-file.
+	// AgentCommand is the agent executable (a static binary: it runs inside
+	// the template's root filesystem, mounted read-only at
+	// /.hearth/<name>) and leading arguments. The driver appends --listen,
+	// --root, --token-file and --env.
 	AgentCommand []string
+	// Rootfs resolves a template to its root filesystem directory (read
+	// only; the driver makes an id-shifted copy once per directory, so a
+	// directory's content must not change: image.Store's are per digest).
+	// Nil: every template runs on BusyboxRootfs(<Root>/.images/busybox).
+	Rootfs func(ctx context.Context, template string) (string, error)
+	// UIDBase is the first host uid/gid of the guests' id range
+	// (default DefaultUIDBase).
+	UIDBase int
+	// LowerCache is the directory of the id-shifted template copies
+	// (default <Root>/.lower). Drivers on one host may share it: a copy is
+	// built once, under a file lock, and never changed afterwards.
+	LowerCache string
+	// CgroupParent is the parent cgroup of the VMs' cgroups
+	// (default DefaultCgroupParent).
+	CgroupParent string
 	// BootTimeout bounds how long Boot, Clone and Restore wait for the
 	// agent's /health; default 30s.
 	BootTimeout time.Duration
-	// StopGrace is how long Stop waits after SIGTERM before SIGKILL; default 3s.
-	StopGrace time.Duration
 	// Logger defaults to klog.Background().
 	Logger klog.Logger
 }
 
-// Driver is the sim backend. It implements vmm.Driver.
+// Driver is the sim backend. It implements vmm.Driver and vmm.PortDialer.
 type Driver struct {
-	root        string
-	agent       []string
-	bootTimeout time.Duration
-	grace       time.Duration
-	log         klog.Logger
-	hc          *http.Client
+	root     string
+	agent    []string
+	rootfs   func(context.Context, string) (string, error)
+	uidBase  int
+	cgParent string
+	rootKey  string // short hash of root: keeps cgroups of two drivers apart
+	// registration is the share-locked registry file (see orphans.go),
+	// open for the process's life.
+	registration *os.File
+	bootTimeout  time.Duration
+	log          klog.Logger
+	hc           *http.Client
+
+	lowerMu    sync.Mutex
+	lowerCache string
+
+	agentMu  sync.Mutex
+	agentKey string // size/mtime of the agent binary agentDir was made from
+	agentDir string
 
 	mu sync.Mutex
-	// children maps the pid of every agent this driver started to a channel
+	// children maps the pid of every init this driver started to a channel
 	// closed once the process has been reaped.
 	children map[int]chan struct{}
+	// fwd maps a VM id to its agent forwarder (the Handle.Addr listener).
+	fwd map[string]*forwarder
 }
 
-var _ vmm.Driver = (*Driver)(nil)
+var (
+	_ vmm.Driver     = (*Driver)(nil)
+	_ vmm.PortDialer = (*Driver)(nil)
+)
 
-// New returns a driver rooted at opts.Root.
+// New returns a driver rooted at opts.Root. It must run as root (it
+// mounts, creates namespaces and cgroups).
 func New(opts Options) (*Driver, error) {
 	if opts.Root == "" {
 		return nil, errors.New("sim: Options.Root is required")
@@ -86,6 +139,10 @@ func New(opts Options) (*Driver, error) {
 	if len(opts.AgentCommand) == 0 || opts.AgentCommand[0] == "" {
 		return nil, errors.New("sim: Options.AgentCommand is required (see sim.FindAgent)")
 	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("sim: the sim backend must run as root (it creates namespaces, mounts and cgroups)")
+	}
+
 	root, err := filepath.Abs(opts.Root)
 	if err != nil {
 		return nil, err
@@ -93,28 +150,58 @@ func New(opts Options) (*Driver, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
+	agent := append([]string(nil), opts.AgentCommand...)
+	if p, err := filepath.Abs(agent[0]); err == nil {
+		agent[0] = p
+	}
 	d := &Driver{
 		root:        root,
-		agent:       append([]string(nil), opts.AgentCommand...),
+		agent:       agent,
+		rootfs:      opts.Rootfs,
+		uidBase:     opts.UIDBase,
+		cgParent:    opts.CgroupParent,
+		rootKey:     rootKey(root),
 		bootTimeout: opts.BootTimeout,
-		grace:       opts.StopGrace,
 		log:         opts.Logger,
 		children:    map[int]chan struct{}{},
+		fwd:         map[string]*forwarder{},
 		hc: &http.Client{
 			Timeout:   2 * time.Second,
 			Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
 		},
 	}
+	if d.uidBase <= 0 {
+		d.uidBase = DefaultUIDBase
+	}
+	d.lowerCache = opts.LowerCache
+	if d.lowerCache == "" {
+		d.lowerCache = filepath.Join(root, lowerDir)
+	}
+	if d.cgParent == "" {
+		d.cgParent = DefaultCgroupParent
+	}
+	if d.rootfs == nil {
+		dir := filepath.Join(root, imagesDir, "busybox")
+		var mu sync.Mutex // one build at a time
+		d.rootfs = func(context.Context, string) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return BusyboxRootfs(dir)
+		}
+	}
 	if d.bootTimeout <= 0 {
 		d.bootTimeout = 30 * time.Second
-	}
-	if d.grace <= 0 {
-		d.grace = 3 * time.Second
 	}
 	if d.log.GetSink() == nil {
 		d.log = klog.Background()
 	}
 	d.log = d.log.WithName("sim")
+	if err := d.register(); err != nil {
+		return nil, fmt.Errorf("sim: registering the root on the host: %w", err)
+	}
+	if _, err := d.SweepOrphans(); err != nil {
+		d.log.Error(err, "Sweeping the guests of deleted roots")
+	}
 	return d, nil
 }
 
@@ -127,17 +214,25 @@ func (d *Driver) Accel() string { return "none" }
 // Root returns the directory the driver owns.
 func (d *Driver) Root() string { return d.root }
 
-// record is vm.json.
+// record is vm.json. PID and Cgroup are written the moment the init
+// starts, before the agent answers, so a restarted node finds every VM it
+// started.
 type record struct {
-	ID        string            `json:"id"`
-	Template  string            `json:"template,omitempty"`
-	Net       string            `json:"net,omitempty"`
-	Size      string            `json:"size,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	PID       int               `json:"pid,omitempty"`
-	Addr      string            `json:"addr,omitempty"`
-	Paused    bool              `json:"paused,omitempty"`
-	StartedAt time.Time         `json:"started_at,omitzero"`
+	ID       string            `json:"id"`
+	Template string            `json:"template,omitempty"`
+	Net      string            `json:"net,omitempty"`
+	Size     string            `json:"size,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	// PID is the VM's init (pid 1 of its pid namespace), a host pid.
+	PID int `json:"pid,omitempty"`
+	// Cgroup is the VM's cgroup path under each hierarchy's root.
+	Cgroup string `json:"cgroup,omitempty"`
+	// Lower is the id-shifted template root filesystem under the overlay.
+	Lower     string    `json:"lower,omitempty"`
+	UIDBase   int       `json:"uid_base,omitempty"`
+	Addr      string    `json:"addr,omitempty"`
+	Paused    bool      `json:"paused,omitempty"`
+	StartedAt time.Time `json:"started_at,omitzero"`
 	// From is the checkpoint directory a clone was made from.
 	From string `json:"from,omitempty"`
 }
@@ -150,6 +245,7 @@ type manifest struct {
 	Template  string    `json:"template,omitempty"`
 	Net       string    `json:"net,omitempty"`
 	Size      string    `json:"size,omitempty"`
+	UIDBase   int       `json:"uid_base"`
 	CreatedAt time.Time `json:"created_at"`
 	Files     int       `json:"files"`
 	Bytes     int64     `json:"bytes"`
@@ -203,30 +299,70 @@ func (d *Driver) handle(dir string, r record) vmm.Handle {
 		Addr:    r.Addr,
 		Token:   strings.TrimSpace(string(tok)),
 		Paused:  r.Paused,
+		Meta:    map[string]string{"cgroup": r.Cgroup},
 	}
 }
 
-// Boot starts a fresh VM with an empty home and returns once its agent
-// answers /health.
+// cgroupOf returns the cgroup for VM id (recorded, or derived).
+func (d *Driver) cgroupOf(r record) vmCgroup {
+	if r.Cgroup != "" {
+		return newCgroup(r.Cgroup)
+	}
+	return newCgroup(d.cgParent + "/" + d.rootKey + "-" + r.ID)
+}
+
+// Cgroup returns the path of VM id's cgroup under each hierarchy's root
+// (also in Handle.Meta["cgroup"]).
+func (d *Driver) Cgroup(id string) string { return d.cgroupOf(record{ID: id}).rel }
+
+// owns reports whether r.PID is a live (non-zombie) process in r's cgroup:
+// the VM's init, never a process that merely inherited a recycled pid. It
+// fails (rather than answering false, "not running") when /proc cannot be
+// read: out of descriptors or memory, the node knows nothing of the VM.
+func (d *Driver) owns(r record) (bool, error) {
+	if r.PID <= 0 || r.Cgroup == "" {
+		return false, nil
+	}
+	st, err := procStateErr(r.PID)
+	if err != nil {
+		return false, fmt.Errorf("sim: %s: reading its init's state: %w", r.ID, err)
+	}
+	if st == 0 || st == 'Z' || st == 'X' {
+		return false, nil
+	}
+	in, err := d.cgroupOf(r).containsErr(r.PID)
+	if err != nil {
+		return false, fmt.Errorf("sim: %s: reading its init's cgroup: %w", r.ID, err)
+	}
+	return in, nil
+}
+
+// Boot starts a fresh VM (an empty writable layer over the template's root
+// filesystem) and returns once its agent answers /health.
 func (d *Driver) Boot(ctx context.Context, spec vmm.Spec) (vmm.Handle, error) {
 	r := record{ID: spec.ID, Template: spec.Template, Net: spec.Net, Size: spec.Size, Env: spec.Env}
 	return d.create(ctx, spec, r, func(dir string) error {
-		return os.Mkdir(filepath.Join(dir, homeDir), 0o700)
+		return os.Mkdir(filepath.Join(dir, upperDir), 0o755)
 	})
 }
 
-// Clone starts a new VM whose home is a copy of the checkpoint in ckDir.
+// Clone starts a new VM whose writable layer is a copy of the checkpoint's.
+// The new VM's agent starts with spec.Token: the checkpointed VM's token is
+// never valid on it (it lived only in the source's memory and tmpfs).
 func (d *Driver) Clone(ctx context.Context, ckDir string, spec vmm.Spec) (vmm.Handle, error) {
 	m, err := readManifest(ckDir)
 	if err != nil {
 		return vmm.Handle{}, err
+	}
+	if m.UIDBase != 0 && m.UIDBase != d.uidBase {
+		return vmm.Handle{}, fmt.Errorf("%w: %s was taken with uid base %d, this driver maps %d", vmm.ErrSnapshotInvalid, ckDir, m.UIDBase, d.uidBase)
 	}
 	r := record{ID: spec.ID, Template: spec.Template, Net: spec.Net, Size: spec.Size, Env: spec.Env, From: ckDir}
 	if r.Template == "" {
 		r.Template, r.Net, r.Size = m.Template, m.Net, m.Size
 	}
 	return d.create(ctx, spec, r, func(dir string) error {
-		if _, _, err := copyTree(filepath.Join(ckDir, homeDir), filepath.Join(dir, homeDir)); err != nil {
+		if _, _, err := copyTreeOwned(filepath.Join(ckDir, upperDir), filepath.Join(dir, upperDir), 0, false); err != nil {
 			return fmt.Errorf("%w: copying %s: %v", vmm.ErrSnapshotInvalid, ckDir, err)
 		}
 		return nil
@@ -239,23 +375,29 @@ func readManifest(ckDir string) (manifest, error) {
 	if err != nil {
 		return m, fmt.Errorf("%w: %v", vmm.ErrSnapshotInvalid, err)
 	}
-	if err := json.Unmarshal(b, &m); err != nil || m.Backend != Name {
-		return m, fmt.Errorf("%w: %s: not a sim checkpoint", vmm.ErrSnapshotInvalid, ckDir)
+	if err := json.Unmarshal(b, &m); err != nil || m.Backend != Name || m.Version != 2 {
+		return m, fmt.Errorf("%w: %s: not a sim checkpoint (version 2)", vmm.ErrSnapshotInvalid, ckDir)
 	}
-	if st, err := os.Stat(filepath.Join(ckDir, homeDir)); err != nil || !st.IsDir() {
-		return m, fmt.Errorf("%w: %s has no home", vmm.ErrSnapshotInvalid, ckDir)
+	if st, err := os.Stat(filepath.Join(ckDir, upperDir)); err != nil || !st.IsDir() {
+		return m, fmt.Errorf("%w: %s has no writable layer", vmm.ErrSnapshotInvalid, ckDir)
 	}
 	return m, nil
 }
 
-// create makes the VM directory, fills its home with populate, and starts
-// the agent. On any error nothing is left behind: no process, no directory.
+// create makes the VM directory, fills its writable layer with populate,
+// and starts the VM. On any error nothing is left behind: no process, no
+// mount, no cgroup, no directory.
 func (d *Driver) create(ctx context.Context, spec vmm.Spec, r record, populate func(dir string) error) (h vmm.Handle, err error) {
 	if err := validID(spec.ID); err != nil {
 		return vmm.Handle{}, err
 	}
 	if err := checkEnv(spec.Env); err != nil {
 		return vmm.Handle{}, err
+	}
+	switch r.Net {
+	case "", NetNone, NetEgress:
+	default:
+		return vmm.Handle{}, fmt.Errorf("sim: unknown net lane %q", r.Net)
 	}
 	dir := filepath.Join(d.root, spec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -264,15 +406,15 @@ func (d *Driver) create(ctx context.Context, spec vmm.Spec, r record, populate f
 		}
 		return vmm.Handle{}, fmt.Errorf("sim: %w", err)
 	}
+	r.Cgroup = d.cgroupOf(record{ID: spec.ID}).rel
+	r.UIDBase = d.uidBase
 	defer func() {
 		if err != nil {
+			_ = d.teardown(dir, r)
 			_ = os.RemoveAll(dir)
 		}
 	}()
 	if err := populate(dir); err != nil {
-		return vmm.Handle{}, err
-	}
-	if err := os.Mkdir(filepath.Join(dir, tmpDir), 0o700); err != nil {
 		return vmm.Handle{}, err
 	}
 	token := spec.Token
@@ -288,10 +430,6 @@ func (d *Driver) create(ctx context.Context, spec vmm.Spec, r record, populate f
 	if err := d.start(ctx, dir, &r); err != nil {
 		return vmm.Handle{}, err
 	}
-	if err := writeRecord(dir, r); err != nil {
-		d.kill(dir, r.PID)
-		return vmm.Handle{}, err
-	}
 	return d.handle(dir, r), nil
 }
 
@@ -304,46 +442,82 @@ func checkEnv(env map[string]string) error {
 	return nil
 }
 
-// start launches the agent for dir and waits for its /health. It sets
-// r.PID, r.Addr and r.StartedAt. On error the process is killed and reaped.
-func (d *Driver) start(ctx context.Context, dir string, r *record) error {
-	_ = os.Remove(filepath.Join(dir, addrFile))
+// start boots the VM in dir: cgroup, overlay, netns, init, network, agent.
+// It records r.PID and r.Cgroup as soon as the init runs (before anything
+// else can fail), then waits for the agent's /health through a new
+// forwarder and sets r.Addr. On error the VM's processes are killed.
+func (d *Driver) start(ctx context.Context, dir string, r *record) (err error) {
+	agentLayer, agentPath, err := d.agentLayer()
+	if err != nil {
+		return err
+	}
+	cpus, mem := nominal(r.Size)
+	cg := d.cgroupOf(*r)
+	r.Cgroup = cg.rel
+	if err := cg.create(cpus, mem, pidsMax); err != nil {
+		return err
+	}
+	tmplDir, err := d.rootfs(ctx, r.Template)
+	if err != nil {
+		return fmt.Errorf("sim: template %q: %w: %v", r.Template, errNoRootfs, err)
+	}
+	if r.Lower, err = d.shiftedLower(tmplDir); err != nil {
+		return err
+	}
+	for _, sub := range []string{upperDir, workDir, rootfsDir} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	// The overlay's root takes the upper dir's owner: the guest's root.
+	if err := os.Chown(filepath.Join(dir, upperDir), d.uidBase, d.uidBase); err != nil {
+		return err
+	}
+	if err := mountOverlay(dir, agentLayer, r.Lower); err != nil {
+		return err
+	}
+	tok, err := os.ReadFile(filepath.Join(dir, tokenFile))
+	if err != nil {
+		return err
+	}
 	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	args := append(append([]string(nil), d.agent[1:]...),
-		"--listen", "127.0.0.1:0",
-		"--addr-file", filepath.Join(dir, addrFile),
-		"--root", filepath.Join(dir, homeDir),
-		"--token-file", filepath.Join(dir, tokenFile),
-	)
-	if len(r.Env) > 0 {
-		keys := make([]string, 0, len(r.Env))
-		for k := range r.Env {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		pairs := make([]string, len(keys))
-		for i, k := range keys {
-			pairs[i] = k + "=" + r.Env[k]
-		}
-		args = append(args, "--env", strings.Join(pairs, ","))
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return err
 	}
-	cmd := exec.Command(d.agent[0], args...)
-	cmd.Dir = filepath.Join(dir, homeDir)
-	cmd.Env = []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + filepath.Join(dir, homeDir),
-		"TMPDIR=" + filepath.Join(dir, tmpDir),
-		"LANG=C.UTF-8",
-		"HEARTH_SANDBOX_ID=" + r.ID,
+	defer cfgW.Close()
+	// life: the init holds the write end for as long as it lives;
+	// slirp4netns gets the read end as its --exit-fd and ends with the VM.
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		return err
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("sim: starting agent %s: %w", d.agent[0], err)
+	defer lifeR.Close()
+	cmd := &exec.Cmd{
+		Path: "/proc/self/exe",
+		// The VM id only: the guest sees this command line as its pid 1's.
+		Args:       []string{initArg0, r.ID},
+		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Dir:        "/",
+		Stdout:     logf,
+		Stderr:     logf,
+		ExtraFiles: []*os.File{cfgR, lifeW},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+			Setsid:     true,
+			// No parent-death signal: VMs outlive a node crash and are
+			// re-adopted (or destroyed) by the restarted node.
+		},
+	}
+	err = inNewNetns(cmd.Start)
+	cfgR.Close()
+	lifeW.Close()
+	if err != nil {
+		return fmt.Errorf("sim: starting init: %w", err)
 	}
 	pid := cmd.Process.Pid
 	done := make(chan struct{})
@@ -357,37 +531,147 @@ func (d *Driver) start(ctx context.Context, dir string, r *record) error {
 		d.mu.Unlock()
 		close(done)
 	}()
-	addr, err := d.waitReady(ctx, dir, done)
-	if err != nil {
-		d.kill(dir, pid)
+	defer func() {
+		if err != nil {
+			_ = cg.kill()
+		}
+	}()
+	if err := cg.add(pid); err != nil {
+		_ = cmd.Process.Kill()
 		return err
 	}
-	r.PID, r.Addr, r.StartedAt = pid, addr, time.Now().UTC()
-	return nil
+	r.PID, r.Addr, r.StartedAt = pid, "", time.Now().UTC()
+	if err := writeRecord(dir, *r); err != nil {
+		return err
+	}
+	nsfd, err := openNetns(pid)
+	if err != nil {
+		return err
+	}
+	fwd, err := newForwarder(nsfd, AgentPort, "")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			fwd.close()
+		}
+	}()
+	if r.Net == NetEgress {
+		if err := blockRoutes(nsfd); err != nil {
+			return err
+		}
+		sctx, cancel := context.WithTimeout(ctx, d.bootTimeout)
+		slirp, err := startSlirp(sctx, pid, logf, lifeR)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if err := cg.add(slirp.Process.Pid); err != nil {
+			_ = slirp.Process.Kill()
+			return err
+		}
+		go func() { _ = slirp.Wait() }()
+	}
+	if err := json.NewEncoder(cfgW).Encode(d.initConfig(dir, *r, agentPath, strings.TrimSpace(string(tok)))); err != nil {
+		return fmt.Errorf("%w: init for %s: %v: %s", vmm.ErrVMMExited, r.ID, err, logTail(dir))
+	}
+	cfgW.Close()
+	if err := d.waitReady(ctx, dir, fwd.addr(), done); err != nil {
+		return err
+	}
+	if err := checkFiltered(cg, pid); err != nil {
+		return fmt.Errorf("sim: %s: %w", r.ID, err)
+	}
+	d.setForwarder(r.ID, fwd)
+	r.Addr = fwd.addr()
+	return writeRecord(dir, *r)
 }
 
-// waitReady polls the addr file and /health until the agent answers, the
-// process exits (exited closes), or the boot deadline passes.
-func (d *Driver) waitReady(ctx context.Context, dir string, exited <-chan struct{}) (string, error) {
+func (d *Driver) initConfig(dir string, r record, agentPath, token string) initConfig {
+	args := append(append([]string(nil), d.agent[1:]...),
+		"--listen", fmt.Sprintf("0.0.0.0:%d", AgentPort),
+		"--root", guestHome,
+		"--token-file", guestTokenFile,
+	)
+	if u := defaultUser(r.Lower); u != "" {
+		args = append(args, "--user", u)
+	}
+	if len(r.Env) > 0 {
+		keys := make([]string, 0, len(r.Env))
+		for k := range r.Env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		pairs := make([]string, len(keys))
+		for i, k := range keys {
+			pairs[i] = k + "=" + r.Env[k]
+		}
+		args = append(args, "--env", strings.Join(pairs, ","))
+	}
+	resolv := ""
+	if r.Net == NetEgress {
+		resolv = path.Join(path.Dir(agentPath), "resolv.conf")
+	}
+	return initConfig{
+		ResolvConf: resolv,
+		Rootfs:     filepath.Join(dir, rootfsDir),
+		Agent:      agentPath,
+		AgentArgs:  args,
+		Env: []string{
+			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"HOME=" + guestHome,
+			"TMPDIR=/tmp",
+			"LANG=C.UTF-8",
+			"HEARTH_SANDBOX_ID=" + r.ID,
+			seccomp.EnvVar + "=1",
+		},
+		Token:    token,
+		Hostname: "sandbox",
+		UIDBase:  d.uidBase,
+		UIDSize:  UIDRange,
+	}
+}
+
+func (d *Driver) setForwarder(id string, f *forwarder) {
+	d.mu.Lock()
+	old := d.fwd[id]
+	d.fwd[id] = f
+	d.mu.Unlock()
+	if old != nil && old != f {
+		old.close()
+	}
+}
+
+func (d *Driver) dropForwarder(id string) {
+	d.mu.Lock()
+	f := d.fwd[id]
+	delete(d.fwd, id)
+	d.mu.Unlock()
+	if f != nil {
+		f.close()
+	}
+}
+
+// waitReady polls the agent's /health at addr until it answers, the init
+// exits (exited closes), or the boot deadline passes.
+func (d *Driver) waitReady(ctx context.Context, dir, addr string, exited <-chan struct{}) error {
 	ctx, cancel := context.WithTimeout(ctx, d.bootTimeout)
 	defer cancel()
 	delay := time.Millisecond
 	for {
-		if b, err := os.ReadFile(filepath.Join(dir, addrFile)); err == nil && len(b) > 0 {
-			addr := strings.TrimSpace(string(b))
-			if d.healthy(ctx, addr) {
-				return addr, nil
-			}
+		if d.healthy(ctx, addr) {
+			return nil
 		}
 		select {
 		case <-exited:
-			return "", fmt.Errorf("%w: agent for %s exited during start: %s", vmm.ErrVMMExited, filepath.Base(dir), logTail(dir))
+			return fmt.Errorf("%w: %s exited during start: %s", vmm.ErrVMMExited, filepath.Base(dir), logTail(dir))
 		case <-ctx.Done():
-			return "", fmt.Errorf("sim: agent for %s not healthy: %w (log: %s)", filepath.Base(dir), ctx.Err(), logTail(dir))
+			return fmt.Errorf("sim: agent for %s not healthy: %w (log: %s)", filepath.Base(dir), ctx.Err(), logTail(dir))
 		case <-time.After(delay):
 		}
 		if delay < 25*time.Millisecond {
-			delay += delay / 2
+			delay += delay/2 + 1
 		}
 	}
 }
@@ -417,12 +701,12 @@ func logTail(dir string) string {
 	return s
 }
 
-// Pause sends SIGSTOP to the VM's process group (idempotent).
+// Pause freezes every process of the VM (its cgroup; idempotent).
 func (d *Driver) Pause(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
 	return d.setPaused(h, true)
 }
 
-// Resume sends SIGCONT to the VM's process group (idempotent).
+// Resume thaws the VM's cgroup (idempotent).
 func (d *Driver) Resume(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
 	return d.setPaused(h, false)
 }
@@ -436,13 +720,13 @@ func (d *Driver) setPaused(h vmm.Handle, paused bool) (vmm.Handle, error) {
 	if err != nil {
 		return h, fmt.Errorf("%w: %s: %v", vmm.ErrNotRunning, h.ID, err)
 	}
-	if r.PID == 0 || !d.owns(r.PID, dir) {
+	if owned, err := d.owns(r); err != nil {
+		return h, err
+	} else if !owned {
 		return h, fmt.Errorf("%w: %s", vmm.ErrNotRunning, h.ID)
 	}
-	if paused {
-		stopGroup(r.PID)
-	} else {
-		contGroup(r.PID)
+	if err := d.cgroupOf(r).freeze(paused); err != nil {
+		return h, err
 	}
 	r.Paused = paused
 	if err := writeRecord(dir, r); err != nil {
@@ -451,21 +735,10 @@ func (d *Driver) setPaused(h vmm.Handle, paused bool) (vmm.Handle, error) {
 	return d.handle(dir, r), nil
 }
 
-func stopGroup(pid int) {
-	_ = syscall.Kill(-pid, syscall.SIGSTOP)
-	// SIGSTOP is delivered asynchronously; wait until the leader shows it.
-	for i := 0; i < 200; i++ {
-		if st := procState(pid); st == 'T' || st == 't' || st == 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func contGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGCONT) }
-
-// Snapshot copies h's home and a manifest into ckDir (which must not exist).
-// A running VM is paused for the copy and resumed afterwards.
+// Snapshot copies h's writable layer and a manifest into ckDir (which must
+// not exist). A running VM is frozen for the copy and thawed afterwards.
+// Process state is not part of a sim checkpoint: a clone boots afresh on
+// the copied disk.
 func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, ckDir string) error {
 	dir, err := d.dirOf(h)
 	if err != nil {
@@ -491,16 +764,23 @@ func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, ckDir string) error
 			_ = os.RemoveAll(tmp)
 		}
 	}()
-	if r.PID != 0 && !r.Paused && d.owns(r.PID, dir) {
-		stopGroup(r.PID)
-		defer contGroup(r.PID)
+	owned, err := d.owns(r)
+	if err != nil {
+		return err
 	}
-	files, bytes, err := copyTree(filepath.Join(dir, homeDir), filepath.Join(tmp, homeDir))
+	if !r.Paused && owned {
+		cg := d.cgroupOf(r)
+		if err := cg.freeze(true); err != nil {
+			return err
+		}
+		defer cg.freeze(false)
+	}
+	files, bytes, err := copyTreeOwned(filepath.Join(dir, upperDir), filepath.Join(tmp, upperDir), 0, false)
 	if err != nil {
 		return fmt.Errorf("sim: snapshot of %s: %w", h.ID, err)
 	}
-	m := manifest{Backend: Name, Version: 1, SourceID: r.ID, Template: r.Template, Net: r.Net, Size: r.Size,
-		CreatedAt: time.Now().UTC(), Files: files, Bytes: bytes}
+	m := manifest{Backend: Name, Version: 2, SourceID: r.ID, Template: r.Template, Net: r.Net, Size: r.Size,
+		UIDBase: d.uidBase, CreatedAt: time.Now().UTC(), Files: files, Bytes: bytes}
 	if err := uds.WriteJSON(filepath.Join(tmp, manifestFile), m); err != nil {
 		return err
 	}
@@ -511,8 +791,8 @@ func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, ckDir string) error
 	return nil
 }
 
-// Stop ends the VM's processes (SIGTERM, then SIGKILL after the grace
-// period) and keeps its directory for Restore.
+// Stop kills every process of the VM and unmounts its root, keeping the
+// directory (the writable layer is the VM's state) for Restore.
 func (d *Driver) Stop(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
 	dir, err := d.dirOf(h)
 	if err != nil {
@@ -522,99 +802,188 @@ func (d *Driver) Stop(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
 	if err != nil {
 		return h, fmt.Errorf("%w: %s: %v", vmm.ErrNotRunning, h.ID, err)
 	}
-	if r.PID != 0 && d.owns(r.PID, dir) {
-		_ = syscall.Kill(-r.PID, syscall.SIGTERM)
-		contGroup(r.PID) // a stopped process handles SIGTERM only once continued
-		if !d.waitGone(r.PID, dir, d.grace) {
-			d.kill(dir, r.PID)
-		} else {
-			_ = syscall.Kill(-r.PID, syscall.SIGKILL) // stragglers in the group
-		}
+	if err := d.teardown(dir, r); err != nil {
+		return h, err
 	}
 	r.PID, r.Addr = 0, ""
 	// Keep r.Paused: Restore brings the VM back in the state the node recorded.
 	if err := writeRecord(dir, r); err != nil {
 		return h, err
 	}
-	_ = os.Remove(filepath.Join(dir, addrFile))
 	out := d.handle(dir, r)
 	out.Paused = h.Paused
 	return out, nil
 }
 
-// Restore re-attaches to h's agent if it still runs (its pid is alive and
-// its cmdline names this VM) and answers, or restarts it on the same
-// directory. The VM ends paused iff h.Paused.
+// syncToken copies the token the running agent holds (it persists a
+// re-key to /.hearth/token, see agent.IdentityPath) into the VM's token
+// file, so Restore and the Handle carry the current one.
+func (d *Driver) syncToken(dir string, r record) {
+	if owned, err := d.owns(r); !owned || err != nil {
+		return
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/root%s", r.PID, guestTokenFile))
+	tok := strings.TrimSpace(string(b))
+	if owned, oerr := d.owns(r); err != nil || tok == "" || !owned || oerr != nil {
+		return
+	}
+	if old, _ := os.ReadFile(filepath.Join(dir, tokenFile)); strings.TrimSpace(string(old)) != tok {
+		_ = os.WriteFile(filepath.Join(dir, tokenFile), []byte(tok), 0o600)
+	}
+}
+
+// teardown ends everything of the VM but its directory: forwarder,
+// processes (the whole cgroup), the root mount, the cgroup.
+func (d *Driver) teardown(dir string, r record) error {
+	d.syncToken(dir, r)
+	d.dropForwarder(r.ID)
+	killLegacy(dir, r.PID)
+	cg := d.cgroupOf(r)
+	err := cg.kill()
+	if err == nil {
+		d.waitReaped(r.PID)
+	}
+	unmountAll(filepath.Join(dir, rootfsDir))
+	if err != nil {
+		return fmt.Errorf("sim: killing %s: %w", r.ID, err)
+	}
+	// A killed init may still wait to be reaped by its parent (the host's
+	// init after a node restart): the cgroup is removable once it is. A
+	// restart creates it again.
+	if err := poll(5*time.Second, func() bool { return cg.remove() == nil }); err != nil {
+		d.log.Info("Cgroup not removed", "vm", r.ID, "cgroup", cg.rel, "err", cg.remove())
+	}
+	return nil
+}
+
+// waitReaped waits (bounded) until this driver's child pid is reaped.
+func (d *Driver) waitReaped(pid int) {
+	d.mu.Lock()
+	done, ok := d.children[pid]
+	d.mu.Unlock()
+	if ok {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// Restore re-attaches to h if its init still runs (a node restart after a
+// crash): a new forwarder serves it on its previous Addr when that port is
+// free, else on a new one. Otherwise it restarts the VM
+// on its writable layer. The VM ends paused iff h.Paused.
 func (d *Driver) Restore(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
 	dir, err := d.dirOf(h)
 	if err != nil {
 		return h, err
 	}
 	r, err := readRecord(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// A transient failure (EMFILE, EIO) proves nothing about the VM.
+		return h, fmt.Errorf("sim: %s: reading its state: %w", h.ID, err)
+	}
 	if err != nil {
 		return h, fmt.Errorf("%w: %s cannot be restored: %v", vmm.ErrNotRunning, h.ID, err)
 	}
-	if st, err := os.Stat(filepath.Join(dir, homeDir)); err != nil || !st.IsDir() {
-		return h, fmt.Errorf("%w: %s has no home", vmm.ErrNotRunning, h.ID)
+	if st, err := os.Stat(filepath.Join(dir, upperDir)); err != nil || !st.IsDir() {
+		killLegacy(dir, r.PID) // a VM of the earlier, unconfined sim
+		return h, fmt.Errorf("%w: %s has no writable layer", vmm.ErrNotRunning, h.ID)
 	}
 	attached := false
-	if r.PID != 0 && d.owns(r.PID, dir) {
-		b, err := os.ReadFile(filepath.Join(dir, addrFile))
-		addr := strings.TrimSpace(string(b))
-		if err == nil && addr != "" {
-			contGroup(r.PID)
-			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			for !attached && hctx.Err() == nil {
-				if d.healthy(hctx, addr) {
-					attached = true
-					r.Addr = addr
-					break
-				}
-				select {
-				case <-hctx.Done():
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
-			cancel()
-		}
-		if !attached {
-			d.log.Info("Agent is alive but does not answer; restarting it", "vm", h.ID, "pid", r.PID)
-			d.kill(dir, r.PID)
+	owned, err := d.owns(r)
+	if err != nil {
+		// Out of descriptors: never start a second init beside a live one.
+		return h, err
+	}
+	if owned {
+		cg := d.cgroupOf(r)
+		_ = cg.freeze(false)
+		if fwd, err := d.attach(ctx, r); err == nil {
+			attached = true
+			d.syncToken(dir, r)
+			r.Addr = fwd.addr()
+			d.log.V(2).Info("Re-adopted running VM", "vm", h.ID, "pid", r.PID, "addr", r.Addr)
 		} else {
-			d.log.V(2).Info("Re-adopted running agent", "vm", h.ID, "pid", r.PID, "addr", r.Addr)
+			d.log.Info("VM is alive but its agent does not answer; restarting it", "vm", h.ID, "pid", r.PID, "err", err)
 		}
 	}
 	if !attached {
-		r.PID, r.Addr = 0, ""
-		if err := d.start(ctx, dir, &r); err != nil {
+		if err := d.teardown(dir, r); err != nil {
 			return h, err
 		}
-		d.log.V(2).Info("Restarted agent", "vm", h.ID, "pid", r.PID, "addr", r.Addr)
+		r.PID, r.Addr = 0, ""
+		if err := d.start(ctx, dir, &r); err != nil {
+			_ = d.teardown(dir, r)
+			return h, err
+		}
+		d.log.V(2).Info("Restarted VM", "vm", h.ID, "pid", r.PID, "addr", r.Addr)
 	}
 	if h.Paused {
-		stopGroup(r.PID)
+		if err := d.cgroupOf(r).freeze(true); err != nil {
+			return h, err
+		}
 	}
 	r.Paused = h.Paused
 	if err := writeRecord(dir, r); err != nil {
-		d.kill(dir, r.PID)
 		return h, err
 	}
 	return d.handle(dir, r), nil
 }
 
-// Destroy kills the VM's process group, reaps it and removes its
-// directory. Destroying a VM that is already gone succeeds.
+// attach makes (or reuses) the forwarder of a running VM and checks its
+// agent answers.
+func (d *Driver) attach(ctx context.Context, r record) (*forwarder, error) {
+	d.mu.Lock()
+	fwd := d.fwd[r.ID]
+	d.mu.Unlock()
+	if fwd == nil {
+		nsfd, err := openNetns(r.PID)
+		if err != nil {
+			return nil, err
+		}
+		if owned, err := d.owns(r); err != nil || !owned {
+			unix.Close(nsfd)
+			if err != nil {
+				return nil, err
+			}
+			return nil, errNotRunning
+		}
+		if fwd, err = newForwarder(nsfd, AgentPort, r.Addr); err != nil {
+			return nil, err
+		}
+	}
+	err := poll(5*time.Second, func() bool { return d.healthy(ctx, fwd.addr()) })
+	if err != nil {
+		fwd.close()
+		d.mu.Lock()
+		if d.fwd[r.ID] == fwd {
+			delete(d.fwd, r.ID)
+		}
+		d.mu.Unlock()
+		return nil, err
+	}
+	d.setForwarder(r.ID, fwd)
+	return fwd, nil
+}
+
+// Destroy kills every process of the VM's cgroup, unmounts its root,
+// removes the cgroup and the directory. Destroying a VM that is already
+// gone succeeds.
 func (d *Driver) Destroy(ctx context.Context, h vmm.Handle) error {
 	dir, err := d.dirOf(h)
 	if err != nil {
 		return err
 	}
-	pid := h.PID
-	if r, err := readRecord(dir); err == nil && r.PID != 0 {
-		pid = r.PID
+	r, rerr := readRecord(dir)
+	if rerr != nil {
+		r = record{ID: h.ID}
 	}
-	if pid != 0 {
-		d.kill(dir, pid)
+	if r.ID == "" {
+		r.ID = h.ID
+	}
+	if err := d.teardown(dir, r); err != nil {
+		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("sim: removing %s: %w", dir, err)
@@ -622,109 +991,47 @@ func (d *Driver) Destroy(ctx context.Context, h vmm.Handle) error {
 	return nil
 }
 
-// kill SIGKILLs pid's process group if it is this VM's (or only remnants of
-// it can remain) and waits until the leader is gone.
-func (d *Driver) kill(dir string, pid int) {
-	if pid <= 0 {
-		return
-	}
-	switch {
-	case d.owns(pid, dir):
-		contGroup(pid)
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-	case !procExists(pid) || d.isChild(pid):
-		// The leader is gone (or is our unreaped child): a group with its
-		// id can only hold our own stragglers, since Linux does not reuse
-		// an id that still names a process group.
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-	default:
-		return // another process now has this pid: not ours to signal
-	}
-	if !d.waitGone(pid, dir, 5*time.Second) {
-		d.log.Info("Agent did not exit after SIGKILL", "pid", pid, "dir", dir)
-	}
-}
-
-func (d *Driver) isChild(pid int) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	_, ok := d.children[pid]
-	return ok
-}
-
-// waitGone waits up to timeout until pid no longer runs as this VM. A child
-// of this driver is waited for until reaped.
-func (d *Driver) waitGone(pid int, dir string, timeout time.Duration) bool {
-	d.mu.Lock()
-	done, child := d.children[pid]
-	d.mu.Unlock()
-	if child {
-		select {
-		case <-done:
-			return true
-		case <-time.After(timeout):
-			return false
-		}
-	}
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if !d.owns(pid, dir) {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return !d.owns(pid, dir)
-}
-
-// owns reports whether pid is a live (non-zombie) process whose command line
-// carries dir's addr-file path, i.e. the agent of the VM in dir.
-func (d *Driver) owns(pid int, dir string) bool {
-	if pid <= 0 {
-		return false
-	}
-	st := procState(pid)
-	if st == 0 || st == 'Z' || st == 'X' {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
-	}
-	want := filepath.Join(dir, addrFile)
-	for _, arg := range strings.Split(string(b), "\x00") {
-		if arg == want {
-			return true
-		}
-	}
-	return false
-}
-
-// Stats measures the VM's process group from /proc.
+// Stats measures the VM: memory charged to its cgroup, its processes'
+// RSS (smaps), CPU time from the cgroup.
 func (d *Driver) Stats(ctx context.Context, h vmm.Handle) (vmm.Stats, error) {
 	dir, err := d.dirOf(h)
 	if err != nil {
 		return vmm.Stats{}, err
 	}
 	r, err := readRecord(dir)
-	if err != nil || r.PID == 0 || !d.owns(r.PID, dir) {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return vmm.Stats{}, fmt.Errorf("sim: %s: reading its state: %w", h.ID, err)
+	}
+	if err != nil {
 		return vmm.Stats{}, fmt.Errorf("%w: %s", vmm.ErrNotRunning, h.ID)
 	}
+	if owned, err := d.owns(r); err != nil {
+		return vmm.Stats{}, err
+	} else if !owned {
+		return vmm.Stats{}, fmt.Errorf("%w: %s", vmm.ErrNotRunning, h.ID)
+	}
+	cg := d.cgroupOf(r)
 	cpus, mem := nominal(r.Size)
 	s := vmm.Stats{CPUCount: cpus, MemTotalBytes: mem, MeasuredAt: time.Now().UTC()}
-	for _, pid := range groupMembers(r.PID) {
+	for _, pid := range cg.procs() {
 		if m, ok := readSmapsRollup(pid); ok {
 			s.RSSBytes += m.rss
 			s.PrivateBytes += m.private
 			s.SharedBytes += m.shared
 		}
-		s.CPUSeconds += cpuSeconds(pid)
 	}
-	s.MemUsedBytes = s.RSSBytes
-	s.MemUsedMeasured = !r.Paused && s.RSSBytes > 0
+	s.CPUSeconds = cg.cpuSeconds()
+	s.MemUsedBytes = cg.memoryUsage()
+	if s.MemUsedBytes == 0 {
+		s.MemUsedBytes = s.RSSBytes
+	}
+	s.MemUsedMeasured = !r.Paused && s.MemUsedBytes > 0
 	return s, nil
 }
 
-// nominal returns the size class's advertised vCPUs and memory.
+// nominal returns the size class's vCPUs and memory, which the VM's cgroup
+// enforces (CPU quota and memory limit): small 1 CPU/2 GiB, medium 4/8 GiB,
+// large 8/16 GiB.
 func nominal(size string) (int, int64) {
 	switch size {
 	case "large":
@@ -735,13 +1042,13 @@ func nominal(size string) (int, int64) {
 	return 1, 2 << 30
 }
 
-// List returns every VM under the root whose agent process is alive.
+// List returns every VM under the root whose init is alive.
 func (d *Driver) List(ctx context.Context) ([]vmm.Handle, error) {
 	live, _, err := d.scan()
 	return live, err
 }
 
-// Stale returns the VM directories under the root that have no live agent
+// Stale returns the VM directories under the root that have no live init
 // (stopped VMs, and leftovers of a crash in the middle of a boot). A node
 // destroys the ones it does not own after a restart.
 func (d *Driver) Stale(ctx context.Context) ([]vmm.Handle, error) {
@@ -765,7 +1072,13 @@ func (d *Driver) scan() (live, stale []vmm.Handle, err error) {
 			continue
 		}
 		h := d.handle(dir, r)
-		if r.PID != 0 && d.owns(r.PID, dir) {
+		owned, err := d.owns(r)
+		if err != nil {
+			// A VM whose state cannot be read is neither live nor stale
+			// (a stale one is destroyed): fail the scan.
+			return nil, nil, err
+		}
+		if owned {
 			live = append(live, h)
 		} else {
 			h.PID, h.Addr = 0, ""
@@ -781,4 +1094,44 @@ func randHex(n int) string {
 		panic(err) // crypto/rand does not fail on Linux
 	}
 	return hex.EncodeToString(b)
+}
+
+// checkFiltered refuses a VM whose agent (the init's child; the init and
+// slirp4netns are the driver's) does not run under the syscall filter: an
+// agent binary that ignores seccomp.EnvVar.
+func checkFiltered(cg vmCgroup, initPid int) error {
+	if !seccomp.Supported() {
+		return nil
+	}
+	for _, pid := range cg.procs() {
+		if pid == initPid || procPPid(pid) != initPid {
+			continue
+		}
+		if procStatus(pid, "Seccomp") != "2" {
+			return fmt.Errorf("the agent (pid %d) runs without the syscall filter: build it from this module's cmd/sandbox-agent", pid)
+		}
+	}
+	return nil
+}
+
+// killLegacy ends the agent of a VM started by the earlier, unconfined sim
+// (a host process group whose command line carries <dir>/addr), so that a
+// node upgraded in place leaves no such process behind.
+func killLegacy(dir string, pid int) {
+	if pid <= 0 {
+		return
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return
+	}
+	want := filepath.Join(dir, "addr")
+	for _, arg := range strings.Split(string(b), "\x00") {
+		if arg == want {
+			_ = syscall.Kill(-pid, syscall.SIGCONT)
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			_ = poll(5*time.Second, func() bool { st := procState(pid); return st == 0 || st == 'Z' })
+			return
+		}
+	}
 }

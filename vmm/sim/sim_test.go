@@ -75,12 +75,16 @@ func TestBootPauseResumeDestroy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Token != "tok-a" || h.PID == 0 || h.Addr == "" || h.Dir != filepath.Join(root, "vm-a") || h.Backend != "sim" {
+	if h.Token != "tok-a" || h.PID == 0 || h.Addr == "" || h.Dir != filepath.Join(root, "vm-a") || h.Backend != "sim" || h.Meta["cgroup"] == "" {
 		t.Fatalf("handle = %+v", h)
 	}
 	mustHealthy(t, h)
 	if pg, _ := syscall.Getpgid(h.PID); pg != h.PID {
-		t.Fatalf("agent is not its own process group leader: pgid %d pid %d", pg, h.PID)
+		t.Fatalf("init is not its own process group leader: pgid %d pid %d", pg, h.PID)
+	}
+	members := cgroupProcs(t, h)
+	if len(members) < 2 {
+		t.Fatalf("cgroup holds %v, want the init and the agent", members)
 	}
 
 	for i := 0; i < 2; i++ { // idempotent
@@ -88,8 +92,8 @@ func TestBootPauseResumeDestroy(t *testing.T) {
 			t.Fatalf("pause: %v %+v", err, h)
 		}
 	}
-	if st := state(h.PID); st != 'T' && st != 't' {
-		t.Fatalf("paused agent state %q", st)
+	if !frozen(t, h) {
+		t.Fatal("Pause did not freeze the VM's cgroup")
 	}
 	if _, err := health(h.Addr, ""); err == nil {
 		t.Fatal("a paused agent answered")
@@ -114,8 +118,10 @@ func TestBootPauseResumeDestroy(t *testing.T) {
 	if err := d.Destroy(ctx, h); err != nil {
 		t.Fatal(err)
 	}
-	if alive(pid) {
-		t.Fatal("agent survived Destroy")
+	for _, p := range append(members, pid) {
+		if alive(p) {
+			t.Fatalf("process %d survived Destroy", p)
+		}
 	}
 	if _, err := os.Stat(h.Dir); !os.IsNotExist(err) {
 		t.Fatalf("dir survived Destroy: %v", err)
@@ -134,7 +140,7 @@ func TestSnapshotClone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Destroy(ctx, src)
-	home := filepath.Join(src.Dir, "home")
+	home := filepath.Join(src.Dir, "rootfs", "home", "user")
 	if err := os.MkdirAll(filepath.Join(home, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +166,7 @@ func TestSnapshotClone(t *testing.T) {
 		}
 		defer d.Destroy(ctx, c)
 		mustHealthy(t, c)
-		b, err := os.ReadFile(filepath.Join(c.Dir, "home", "link"))
+		b, err := os.ReadFile(filepath.Join(c.Dir, "rootfs", "home", "user", "link"))
 		if err != nil || string(b) != "hello" {
 			t.Fatalf("clone home: %q %v", b, err)
 		}
@@ -173,8 +179,8 @@ func TestSnapshotClone(t *testing.T) {
 		t.Fatalf("clones share identity: %+v %+v", clones[0], clones[1])
 	}
 	// A write in one clone is not seen by the other or the checkpoint.
-	_ = os.WriteFile(filepath.Join(clones[0].Dir, "home", "sub", "f.txt"), []byte("changed"), 0o644)
-	if b, _ := os.ReadFile(filepath.Join(clones[1].Dir, "home", "sub", "f.txt")); string(b) != "hello" {
+	_ = os.WriteFile(filepath.Join(clones[0].Dir, "rootfs", "home", "user", "sub", "f.txt"), []byte("changed"), 0o644)
+	if b, _ := os.ReadFile(filepath.Join(clones[1].Dir, "rootfs", "home", "user", "sub", "f.txt")); string(b) != "hello" {
 		t.Fatalf("clones share files: %q", b)
 	}
 
@@ -221,8 +227,8 @@ func TestStopRestore(t *testing.T) {
 	if h.PID == 0 || h.PID == old || !h.Paused || h.Token != "tok" {
 		t.Fatalf("restored handle %+v", h)
 	}
-	if st := state(h.PID); st != 'T' && st != 't' {
-		t.Fatalf("restored paused VM runs: %q", st)
+	if !frozen(t, h) {
+		t.Fatalf("restored paused VM runs")
 	}
 	if h, err = d.Resume(ctx, h); err != nil {
 		t.Fatal(err)
@@ -250,8 +256,8 @@ func TestRestoreReattach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.PID != h.PID || r.Addr != h.Addr {
-		t.Fatalf("Restore restarted a live agent: %+v vs %+v", r, h)
+	if r.PID != h.PID {
+		t.Fatalf("Restore restarted a live VM: %+v vs %+v", r, h)
 	}
 	mustHealthy(t, r)
 }
@@ -301,8 +307,8 @@ func TestBootFailuresLeaveNothing(t *testing.T) {
 		agent []string
 		want  error
 	}{
-		{"agent exits", []string{"/bin/false"}, vmm.ErrVMMExited},
-		{"agent hangs", []string{"/bin/sh", "-c", "sleep 30", "sh"}, context.DeadlineExceeded},
+		{"agent exits", []string{busybox(t), "false"}, vmm.ErrVMMExited},
+		{"agent hangs", []string{busybox(t), "sh", "-c", "sleep 30", "sh"}, context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -315,10 +321,19 @@ func TestBootFailuresLeaveNothing(t *testing.T) {
 				t.Fatalf("Boot err = %v, want %v", err, tc.want)
 			}
 			if ents, _ := os.ReadDir(root); len(ents) != 0 {
-				t.Fatalf("a failed boot left %v", ents)
+				for _, e := range ents {
+					if !strings.HasPrefix(e.Name(), ".") { // .images, .lower: shared caches
+						t.Fatalf("a failed boot left %v", ents)
+					}
+				}
 			}
 			if pids := procsMentioning(root); len(pids) != 0 {
 				t.Fatalf("a failed boot left processes %v", pids)
+			}
+			for _, hier := range []string{"", "freezer"} {
+				if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", hier, d.Cgroup("vm"))); !os.IsNotExist(err) {
+					t.Fatalf("a failed boot left its cgroup: %v", err)
+				}
 			}
 		})
 	}

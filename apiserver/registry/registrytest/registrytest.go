@@ -30,7 +30,7 @@ import (
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/hearthvm/hearth/apiserver/registry"
-	"github.com/hearthvm/hearth/devserver/embedetcd"
+	"github.com/hearthvm/hearth/internal/embedetcd"
 )
 
 // Server is a running test server.
@@ -112,7 +112,8 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	getter := registry.NewRESTOptionsGetter(registry.StorageOptions{Endpoints: etcd.Endpoints}, scheme, codecs)
+	getter := registry.NewRESTOptionsGetter(registry.StorageOptions{Endpoints: etcd.Endpoints,
+		CAFile: etcd.ClientTLS.CAFile, CertFile: etcd.ClientTLS.CertFile, KeyFile: etcd.ClientTLS.KeyFile}, scheme, codecs)
 	groups, _, err := registry.APIGroups(scheme, codecs, getter)
 	if err != nil {
 		t.Fatal(err)

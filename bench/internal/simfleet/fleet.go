@@ -24,6 +24,7 @@ import (
 
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/vmmtest"
@@ -33,7 +34,8 @@ import (
 // make the node fall back to klog).
 var quiet logr.Logger = funcr.New(func(string, string) {}, funcr.Options{})
 
-// Token is the root token of every simulated node.
+// Token is the root token of every simulated node, and the fleet secret
+// its nodes' own tokens derive from (as in sandbox-dev).
 const Token = "bench-root-token"
 
 // Options configure Start.
@@ -50,8 +52,6 @@ type Options struct {
 	MaxBootConcurrency int
 	// InventoryInterval is the publish cadence (default 30 s, the node's).
 	InventoryInterval time.Duration
-	// InventoryDebounce, when positive, publishes soon after changes.
-	InventoryDebounce time.Duration
 	// Publisher, when set, receives every publish as well as the Fleet's
 	// in-memory view.
 	Publisher inventory.Publisher
@@ -73,7 +73,7 @@ type Node struct {
 	Addr   string
 	Node   *node.Node
 	Driver vmm.Driver
-	Client *node.Client
+	Client *nodeapi.Client
 	srv    *http.Server
 }
 
@@ -130,9 +130,9 @@ func Start(opts Options) (f *Fleet, err error) {
 		}
 		addr := l.Addr().String()
 		n, err := node.New(node.Config{
-			Name: name, AdvertiseAddress: addr, RootToken: Token, DataDir: filepath.Join(base, "data"), Driver: drv,
+			Name: name, AdvertiseAddress: addr, RootToken: Token, NodeToken: nodeapi.NodeToken(Token, name), DataDir: filepath.Join(base, "data"), Driver: drv,
 			Limits: opts.Limits, MaxBootConcurrency: opts.MaxBootConcurrency, InventoryInterval: opts.InventoryInterval,
-			InventoryDebounce: opts.InventoryDebounce, Publisher: pub, Logger: quiet,
+			Publisher: pub, Logger: quiet,
 			RefillInterval: 200 * time.Millisecond,
 			// In-memory VMs have no agent to probe.
 			WarmCheckInterval: -1,
@@ -141,7 +141,7 @@ func Start(opts Options) (f *Fleet, err error) {
 			l.Close()
 			return f, err
 		}
-		nd := &Node{Name: name, Addr: addr, Node: n, Driver: drv, Client: &node.Client{Addr: addr, Token: Token},
+		nd := &Node{Name: name, Addr: addr, Node: n, Driver: drv, Client: &nodeapi.Client{Addr: addr, Token: Token},
 			srv: &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}}
 		f.Nodes = append(f.Nodes, nd)
 		f.wg.Add(2)
@@ -188,7 +188,7 @@ func (f *Fleet) PublishNow(ctx context.Context) error {
 // the whole set).
 func (f *Fleet) SetWarm(ctx context.Context, key pool.Key, perNode int32) error {
 	for _, n := range f.Nodes {
-		if _, err := n.Client.PutPools(ctx, []node.PoolSpec{{Template: key.Template, Net: key.Net, Size: key.Size, Warm: perNode}}); err != nil {
+		if _, err := n.Client.PutPools(ctx, []nodeapi.PoolSpec{{Template: key.Template, Net: key.Net, Size: key.Size, Warm: perNode}}); err != nil {
 			return fmt.Errorf("%s: %w", n.Name, err)
 		}
 	}

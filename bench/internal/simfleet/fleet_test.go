@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 )
 
@@ -25,7 +25,7 @@ func TestFleet_FillsClaimsAndPublishes(t *testing.T) {
 	if _, err := f.WaitWarm(ctx, key, 10, 10*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	res, err := f.Nodes[1].Client.Claim(ctx, node.ClaimRequest{Template: key.Template, Net: key.Net, Size: key.Size, ClaimRef: "ns/a"})
+	res, err := f.Nodes[1].Client.Claim(ctx, nodeapi.ClaimRequest{Template: key.Template, Net: key.Net, Size: key.Size, ClaimRef: "ns/a"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/rest"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
-	"github.com/hearthvm/hearth/apiserver"
 	"github.com/hearthvm/hearth/bench/internal/simfleet"
 	"github.com/hearthvm/hearth/bench/internal/stats"
-	"github.com/hearthvm/hearth/claim"
+	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/server"
 )
 
 // apiSystem is the aggregated API server (standalone: anonymous,
@@ -28,7 +28,7 @@ import (
 // fleet, in process.
 type apiSystem struct {
 	Fleet  *simfleet.Fleet
-	Router *claim.NodeFleet
+	Router *fleet.NodeFleet
 	REST   *rest.Config
 	Client *sandboxClient
 	stop   func()
@@ -45,14 +45,14 @@ func startAPI(ctx context.Context, opts simfleet.Options) (*apiSystem, error) {
 	}
 	sys := &apiSystem{Fleet: f, stop: f.Close}
 	fail := func(err error) (*apiSystem, error) { sys.Close(); return nil, err }
-	o := apiserver.NewStandaloneOptions()
+	o := server.NewStandaloneOptions()
 	addr, err := o.ListenOn("127.0.0.1:0")
 	if err != nil {
 		return fail(err)
 	}
 	o.WatchInterval = 100 * time.Millisecond
 	o.View = f.View
-	sys.Router = claim.NewFleet(claim.FleetConfig{View: f.View, Token: simfleet.Token})
+	sys.Router = fleet.New(fleet.Config{View: f.View, Secret: simfleet.Token})
 	o.Fleet = sys.Router
 	if err := o.Complete(); err != nil {
 		return fail(err)
@@ -197,10 +197,10 @@ func APIClaims(ctx context.Context, cfg Config) error {
 	}
 	readers := []struct {
 		name   string
-		router *claim.NodeFleet
+		router *fleet.NodeFleet
 	}{
 		{"same apiserver (claim-time index)", nil},
-		{"another replica (empty index: asks nodes live)", claim.NewFleet(claim.FleetConfig{View: f.View, Token: simfleet.Token})},
+		{"another replica (empty index: asks nodes live)", fleet.New(fleet.Config{View: f.View, Secret: simfleet.Token})},
 	}
 	for ri, r := range readers {
 		var gets []time.Duration
@@ -225,7 +225,7 @@ func APIClaims(ctx context.Context, cfg Config) error {
 		l := stats.Summarize(gets)
 		rt.Add(r.name, n/2, found, fmt.Sprintf("%.1f", 100*float64(found)/float64(n/2)), stats.Ms(l.P50), stats.Ms(l.P95), stats.Ms(l.P99))
 	}
-	rt.Note("The second reader is a claim.NodeFleet with its own empty claim-time index over the same published view, i.e. what a second apiserver replica does for the Get.")
+	rt.Note("The second reader is a fleet.NodeFleet with its own empty claim-time index over the same published view, i.e. what a second apiserver replica does for the Get.")
 	rt.Note("Anchor: read-after-create p50 29 s (a read that waits for the ~30 s inventory publish).")
 	return rt.Print(cfg.Out)
 }

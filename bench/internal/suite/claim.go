@@ -11,8 +11,8 @@ import (
 
 	"github.com/hearthvm/hearth/bench/internal/simfleet"
 	"github.com/hearthvm/hearth/bench/internal/stats"
-	"github.com/hearthvm/hearth/claim"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 // ClaimPath names one way a claim reaches a node.
@@ -24,7 +24,7 @@ type ClaimPath struct {
 
 // NodeClaims measures the claim latency of the node itself (its handler
 // called in process: the node's server time), through its HTTP API over
-// loopback, and through the fleet router (claim.NodeFleet over 4 nodes),
+// loopback, and through the fleet router (fleet.NodeFleet over 4 nodes),
 // at each concurrency level. Nodes use the NopDriver: warm VMs are map
 // entries, so the figures are the control path's, not a VMM's.
 func NodeClaims(ctx context.Context, cfg Config) error {
@@ -36,11 +36,11 @@ func NodeClaims(ctx context.Context, cfg Config) error {
 	defer f.Close()
 	n0 := f.Nodes[0]
 	h := n0.Node.Handler()
-	fleet := claim.NewFleet(claim.FleetConfig{View: f.View, Token: simfleet.Token})
+	fl := fleet.New(fleet.Config{View: f.View, Secret: simfleet.Token})
 
 	paths := []ClaimPath{
 		{Name: "node handler, in process (server time)", Claim: func(ctx context.Context, ref string) error {
-			body, _ := json.Marshal(node.ClaimRequest{Template: Key.Template, Net: Key.Net, Size: Key.Size, ClaimRef: ref})
+			body, _ := json.Marshal(nodeapi.ClaimRequest{Template: Key.Template, Net: Key.Net, Size: Key.Size, ClaimRef: ref})
 			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/claim", bytes.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+simfleet.Token)
 			req.Header.Set("Content-Type", "application/json")
@@ -51,12 +51,12 @@ func NodeClaims(ctx context.Context, cfg Config) error {
 			}
 			return nil
 		}},
-		{Name: "node HTTP API, loopback (node.Client)", Claim: func(ctx context.Context, ref string) error {
-			_, err := n0.Client.Claim(ctx, node.ClaimRequest{Template: Key.Template, Net: Key.Net, Size: Key.Size, ClaimRef: ref})
+		{Name: "node HTTP API, loopback (nodeapi.Client)", Claim: func(ctx context.Context, ref string) error {
+			_, err := n0.Client.Claim(ctx, nodeapi.ClaimRequest{Template: Key.Template, Net: Key.Net, Size: Key.Size, ClaimRef: ref})
 			return err
 		}},
-		{Name: "fleet router, 4 nodes (claim.NodeFleet)", Claim: func(ctx context.Context, ref string) error {
-			_, err := fleet.Claim(ctx, claim.Request{Key: Key, Ref: ref})
+		{Name: "fleet router, 4 nodes (fleet.NodeFleet)", Claim: func(ctx context.Context, ref string) error {
+			_, err := fl.Claim(ctx, fleet.Request{Key: Key, Ref: ref})
 			return err
 		}},
 	}

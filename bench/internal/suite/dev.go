@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,7 +22,7 @@ import (
 	"github.com/hearthvm/hearth/bench/internal/stats"
 	"github.com/hearthvm/hearth/devserver"
 	"github.com/hearthvm/hearth/inventory"
-	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool/driver"
 	"github.com/hearthvm/hearth/sandbox"
 )
@@ -36,7 +37,7 @@ type devSystem struct {
 	REST   *rest.Config
 	Dyn    dynamic.Interface
 	Client *sandboxClient
-	Nodes  []*node.Client
+	Nodes  []*nodeapi.Client
 	// Image is the image of the default template rt: creates of it claim
 	// from the default warm pool.
 	Image  string
@@ -110,7 +111,7 @@ func startDev(ctx context.Context, nodes int, sync time.Duration) (*devSystem, e
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		d.Nodes = append(d.Nodes, node.NewClient(d.Ready.Nodes[n], d.Ready.RootToken))
+		d.Nodes = append(d.Nodes, nodeapi.NewClient(d.Ready.Nodes[n], d.Ready.RootToken))
 	}
 	return d, nil
 }
@@ -210,8 +211,12 @@ type etcdWrites struct {
 	cli    *clientv3.Client
 }
 
-func watchEtcd(ctx context.Context, endpoint string) (*etcdWrites, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+func watchEtcd(ctx context.Context, r devserver.Ready) (*etcdWrites, error) {
+	tlsCfg, err := (transport.TLSInfo{TrustedCAFile: r.EtcdCA, CertFile: r.EtcdCert, KeyFile: r.EtcdKey}).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{r.Etcd}, DialTimeout: 5 * time.Second, TLS: tlsCfg})
 	if err != nil {
 		return nil, err
 	}
@@ -313,13 +318,13 @@ func DevClaims(ctx context.Context, cfg Config) error {
 			go func() {
 				defer func() { <-sem; wg.Done() }()
 				if addr, ok := d.Ready.Nodes[m.node]; ok {
-					_ = node.NewClient(addr, d.Ready.RootToken).Release(ctx, m.id)
+					_ = nodeapi.NewClient(addr, d.Ready.RootToken).Release(ctx, m.id)
 				}
 			}()
 		}
 		wg.Wait()
 	}
-	w, err := watchEtcd(ctx, d.Ready.Etcd)
+	w, err := watchEtcd(ctx, d.Ready)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/hearthvm/hearth/bench/internal/simfleet"
 	"github.com/hearthvm/hearth/bench/internal/stats"
 	"github.com/hearthvm/hearth/bench/internal/synth"
-	"github.com/hearthvm/hearth/claim"
+	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/inventory"
 )
 
@@ -137,7 +137,7 @@ func FleetScale(ctx context.Context, cfg Config) error {
 }
 
 // FleetSim runs the real pipeline at a size this machine holds: 20
-// in-process nodes (node.New, NopDriver), real routing (claim.NodeFleet),
+// in-process nodes (node.New, NopDriver), real routing (fleet.NodeFleet),
 // the nodes' real inventories into the real View, and a real client-go
 // watch through the aggregated API server. It claims the sandboxes, opens
 // a watch, publishes every node once, and measures the CPU and time until
@@ -168,7 +168,7 @@ func FleetSim(ctx context.Context, cfg Config) error {
 	goruntime.GC()
 	goruntime.ReadMemStats(&ms0)
 	l := run(ctx, total, 32, func(ctx context.Context, i int) error {
-		_, err := sys.Router.Claim(ctx, claim.Request{Key: Key, Ref: fmt.Sprintf("fleet-%02d/sbx-%06d", i%16, i)})
+		_, err := sys.Router.Claim(ctx, fleet.Request{Key: Key, Ref: fmt.Sprintf("fleet-%02d/sbx-%06d", i%16, i)})
 		return err
 	})
 	if l.errs > 0 {

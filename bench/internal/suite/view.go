@@ -8,12 +8,12 @@ import (
 
 	"github.com/hearthvm/hearth/bench/internal/stats"
 	"github.com/hearthvm/hearth/bench/internal/synth"
-	"github.com/hearthvm/hearth/claim"
+	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/inventory"
 )
 
 // Lookup measures resolving one sandbox by claim id and by name in the
-// fleet view (inventory.View) and through the fleet (claim.NodeFleet ByID /
+// fleet view (inventory.View) and through the fleet (fleet.NodeFleet ByID /
 // ByRef answered from the published view: no node call) with 1k … 1M
 // entries: ns/op, B/op and allocs/op, which must not grow with the fleet.
 func Lookup(ctx context.Context, cfg Config) error {
@@ -34,7 +34,7 @@ func Lookup(ctx context.Context, cfg Config) error {
 		v := inventory.NewView(invs)
 		st := inventory.NewStatic()
 		st.Set(invs...)
-		fleet := claim.NewFleet(claim.FleetConfig{View: st})
+		fleet := fleet.New(fleet.Config{View: st})
 		// A sandbox in the middle of the fleet.
 		mid := invs[len(invs)/2]
 		e := mid.Entries[len(mid.Entries)/2]

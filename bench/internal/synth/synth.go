@@ -54,8 +54,8 @@ func Node(i, per int) *inventory.NodeInventory {
 		n := EntryName(i, j)
 		inv.Entries[j] = inventory.Entry{
 			Name: n, ID: EntryID(i, j), Phase: sandbox.PhaseRunning, Template: Template, ClaimRef: n,
-			Addr:     fmt.Sprintf("10.%d.%d.%d:%d", i>>16&0xff, i>>8&0xff, i&0xff, 20000+j%40000),
-			Deadline: &dl, ClaimedAt: &at,
+			AgentAddr: fmt.Sprintf("10.%d.%d.%d:%d", i>>16&0xff, i>>8&0xff, i&0xff, 20000+j%40000),
+			Deadline:  &dl, ClaimedAt: &at,
 		}
 	}
 	sort.Slice(inv.Entries, func(a, b int) bool { return inv.Entries[a].Name < inv.Entries[b].Name })

@@ -1,13 +1,15 @@
 // Command mkinitramfs builds the Hearth QEMU guest's initramfs: a
 // reproducible gzip'd cpio (newc) archive holding /init, busybox, the static
-// sandbox-agent, /bin/bash (a busybox sh wrapper) and the virtio kernel
-// modules /init loads. Every entry has owner 0:0 and mtime 0 and entries are
+// sandbox-agent, /bin/bash (a busybox sh wrapper), /lib/hearth/stage2 (the
+// script that runs as PID 1 of the final root) and the kernel modules /init
+// loads. Every entry has owner 0:0 and mtime 0 and entries are
 // written in a fixed order, so the same inputs give the same bytes.
 //
 // Usage (see hack/setup.d/20-qemu-guest.sh):
 //
-//	mkinitramfs -o initrd.cpio.gz -init hack/guest/init -bash hack/guest/bash \
-//	    -busybox /bin/busybox -agent out/sandbox-agent -modules out/modules
+//	mkinitramfs -o initrd.cpio.gz -init hack/guest/init -stage2 hack/guest/stage2 \
+//	    -bash hack/guest/bash -busybox /bin/busybox -agent out/sandbox-agent \
+//	    -modules out/modules
 package main
 
 import (
@@ -36,24 +38,25 @@ const (
 func main() {
 	out := flag.String("o", "", "output file (.cpio.gz)")
 	initPath := flag.String("init", "", "the /init script")
+	stage2 := flag.String("stage2", "", "the stage-2 script (/lib/hearth/stage2)")
 	bashPath := flag.String("bash", "", "the /bin/bash wrapper")
 	busybox := flag.String("busybox", "/bin/busybox", "static busybox binary")
 	agent := flag.String("agent", "", "static sandbox-agent binary")
 	modules := flag.String("modules", "", "directory of .ko files to place in /lib/modules")
 	flag.Parse()
-	if *out == "" || *initPath == "" || *bashPath == "" || *agent == "" {
-		fmt.Fprintln(os.Stderr, "mkinitramfs: -o, -init, -bash and -agent are required")
+	if *out == "" || *initPath == "" || *stage2 == "" || *bashPath == "" || *agent == "" {
+		fmt.Fprintln(os.Stderr, "mkinitramfs: -o, -init, -stage2, -bash and -agent are required")
 		os.Exit(2)
 	}
-	if err := build(*out, *initPath, *bashPath, *busybox, *agent, *modules); err != nil {
+	if err := build(*out, *initPath, *stage2, *bashPath, *busybox, *agent, *modules); err != nil {
 		fmt.Fprintln(os.Stderr, "mkinitramfs:", err)
 		os.Exit(1)
 	}
 }
 
-func build(out, initPath, bashPath, busybox, agent, modules string) error {
+func build(out, initPath, stage2, bashPath, busybox, agent, modules string) error {
 	var es []entry
-	for _, d := range []string{"bin", "dev", "etc", "lib", "lib/modules", "proc", "root", "run", "sbin", "sys", "tmp", "usr", "usr/bin", "usr/sbin"} {
+	for _, d := range []string{"bin", "dev", "etc", "lib", "lib/hearth", "lib/modules", "proc", "root", "run", "sbin", "sys", "tmp", "usr", "usr/bin", "usr/sbin"} {
 		perm := uint32(0o755)
 		if d == "tmp" {
 			perm = 0o1777
@@ -62,6 +65,7 @@ func build(out, initPath, bashPath, busybox, agent, modules string) error {
 	}
 	files := []struct{ name, src string }{
 		{"init", initPath},
+		{"lib/hearth/stage2", stage2},
 		{"bin/busybox", busybox},
 		{"bin/bash", bashPath},
 		{"bin/sandbox-agent", agent},

@@ -26,7 +26,7 @@ func TestBuild_IsReproducibleAndReadable(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(mods, "virtio.ko"), []byte("ko"), 0o644)
 	a, b := filepath.Join(dir, "a.cpio.gz"), filepath.Join(dir, "b.cpio.gz")
 	for _, out := range []string{a, b} {
-		if err := build(out, initp, bash, bb, agent, mods); err != nil {
+		if err := build(out, initp, initp, bash, bb, agent, mods); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,6 +1,6 @@
 // Package fakeguest is the "guest" inside the protocol-exact Firecracker and
 // Cloud Hypervisor fakes (vmm/firecracker/fcfake, vmm/cloudhypervisor/chfake):
-// it runs the real in-guest agent (e2b/envd) in-process on a loopback port,
+// it runs the real in-guest agent (package agent) in-process on a loopback port,
 // serves the VMM's hybrid-vsock unix socket with the real CONNECT/OK
 // handshake, stops moving bytes while the VM is paused, and keeps its state
 // (the agent token the guest booted with) in a sparse "memory file" of the
@@ -24,7 +24,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hearthvm/hearth/e2b/envd"
+	"github.com/hearthvm/hearth/agent"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
 
@@ -157,7 +157,7 @@ func (g *Guest) Boot(home string, st State, paused bool) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: envd.NewHandler(envd.Options{Token: st.Token, Root: home}), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: agent.NewHandler(agent.Options{Token: st.Token, Root: home}), ReadHeaderTimeout: 10 * time.Second}
 	g.mu.Lock()
 	g.srv, g.agent, g.state, g.running, g.paused = srv, ln.Addr().String(), st, true, paused
 	g.mu.Unlock()

@@ -1,0 +1,283 @@
+// Package agent is Hearth's in-guest agent: the subset of e2b's envd API the
+// e2b SDK uses, served inside every microVM (and, for the sim backend, as the
+// sandbox's first guest process). Wire protocol: Connect with the JSON codec over
+// HTTP/1.1 — process.Process/{Start,Connect} (server streams: start, data,
+// keepalive, end, end-of-stream frame; a process may run on a pty, see
+// pty.go), process.Process/{List,SendSignal,SendInput,CloseStdin,Update}
+// and filesystem.Filesystem/{Stat,MakeDir,ListDir,Remove,Move} (unary),
+// filesystem.Filesystem/WatchDir (stream) and the polled watchers (see
+// watch.go) — plus REST GET/POST /files (X-Metadata file metadata, see
+// xattr.go), POST /init ({"envVars":{...}} for later processes; the node
+// posts claim-time env there) and GET /health (204).
+//
+// Every request except GET /health must carry the sandbox token in
+// X-Access-Token when Options.Token is set (401 otherwise), or be a /files
+// request signed with it (signature.go). A request carrying
+// ForwardPortHeader is forwarded to that port of the guest — except port
+// InterpreterPort (49999), which the agent answers itself: e2b's code
+// interpreter API (POST /execute, /contexts) over python3 processes running
+// an embedded standard-library driver, python only, no Jupyter, IPython,
+// charts or other languages (interpreter.go; unless Options.NoInterpreter).
+//
+// Guest paths: absolute paths are used as they are; relative ones and "~"
+// resolve, as envd's do, against the home of the request's user — the one
+// /files names in ?username=, else the one the SDK names in Authorization:
+// Basic, else Options.User — or Options.Root when that user has no home
+// directory (also the default working directory of processes). What a
+// request creates belongs to that user (owner.go). Inside a microVM that is the guest's own
+// file system; under the sim backend it is the sandbox's own root (an
+// overlay of the template, see vmm/sim), never the host's.
+//
+// The agent owns the processes it starts (killed when Run returns) and
+// nothing on the host side.
+package agent
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hearthvm/hearth/internal/serve"
+)
+
+// Version is the envd version advertised to the e2b SDK: the newest of
+// the SDK's feature gates (e2b@2.51.0 envd/versions.ts) that the agent
+// serves — recursive watches (0.1.4), octet-stream uploads (0.5.7),
+// X-Metadata file metadata (0.6.2), entries in watch events (0.6.3) and
+// watches on network mounts (0.6.4: the agent refuses no mount).
+const Version = "0.6.4"
+
+// Options configure the agent.
+type Options struct {
+	// Listen is the address to bind; default 127.0.0.1:0.
+	Listen string
+	// AddrFile, when set, receives the bound host:port once listening.
+	AddrFile string
+	// Token is the required X-Access-Token; empty disables the check.
+	Token string
+	// Root is the guest's home and default working directory; relative
+	// guest paths resolve against it and processes get HOME=Root.
+	Root string
+	// TokenFile, when set, is where an identity change (POST
+	// /hearth/identity) persists the new token, so a restarted agent that
+	// reads it again keeps the current identity.
+	TokenFile string
+	// User is the account processes run as when a request names none
+	// (the e2b SDK names one in Authorization: Basic); empty means the
+	// agent's own. Switching needs the agent to run as root.
+	User string
+	// Env is added to every process the agent starts.
+	Env map[string]string
+	// KeepaliveInterval is the longest silence on a process stream before a
+	// keepalive event (default 30s; a shorter Keepalive-Ping-Interval wins).
+	KeepaliveInterval time.Duration
+	// Python is the interpreter code contexts run (interpreter.go;
+	// default "python3" on PATH).
+	Python string
+	// MaxCodeContexts bounds the code contexts (default 16).
+	MaxCodeContexts int
+	// NoInterpreter leaves port InterpreterPort to the guest: forwards to it
+	// go to the guest's loopback like any other port's.
+	NoInterpreter bool
+}
+
+// agent is the handler's state: the /init env vars and the running processes.
+type agent struct {
+	o       Options
+	mux     *http.ServeMux
+	mu      sync.Mutex
+	initEnv map[string]string
+	procs   map[int]*process
+	closed  bool
+	// watchers are the polled directory watchers (CreateWatcher).
+	watchers watcherSet
+	// interp serves the code interpreter (InterpreterPort).
+	interp *interpreter
+}
+
+// NewHandler returns the agent's HTTP handler. Processes it starts live
+// until they exit; Run kills the remaining ones when it returns.
+func NewHandler(o Options) http.Handler { return newAgent(o) }
+
+func newAgent(o Options) *agent {
+	if o.Root == "" {
+		o.Root, _ = os.Getwd()
+	}
+	o.Root, _ = filepath.Abs(o.Root)
+	a := &agent{o: o, mux: http.NewServeMux(), initEnv: map[string]string{}, procs: map[int]*process{}}
+	a.interp = newInterpreter(a)
+	m := a.mux
+	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	m.HandleFunc("POST /init", a.handleInit)
+	m.HandleFunc("POST "+IdentityPath, a.handleIdentity)
+	m.HandleFunc("GET /files", a.handleGetFile)
+	m.HandleFunc("POST /files", a.handlePostFile)
+	m.HandleFunc("POST /process.Process/Start", a.handleStart)
+	m.HandleFunc("POST /process.Process/Connect", a.handleConnect)
+	m.HandleFunc("POST /process.Process/List", a.handleList)
+	m.HandleFunc("POST /process.Process/SendSignal", a.handleSendSignal)
+	m.HandleFunc("POST /process.Process/SendInput", a.handleSendInput)
+	m.HandleFunc("POST /process.Process/CloseStdin", a.handleCloseStdin)
+	m.HandleFunc("POST /process.Process/Update", a.handleUpdate)
+	m.HandleFunc("POST /filesystem.Filesystem/WatchDir", a.handleWatchDir)
+	m.HandleFunc("POST /filesystem.Filesystem/CreateWatcher", a.handleCreateWatcher)
+	m.HandleFunc("POST /filesystem.Filesystem/GetWatcherEvents", a.handleGetWatcherEvents)
+	m.HandleFunc("POST /filesystem.Filesystem/RemoveWatcher", a.handleRemoveWatcher)
+	m.HandleFunc("POST /filesystem.Filesystem/Stat", a.handleStat)
+	m.HandleFunc("POST /filesystem.Filesystem/MakeDir", a.handleMakeDir)
+	m.HandleFunc("POST /filesystem.Filesystem/ListDir", a.handleListDir)
+	m.HandleFunc("POST /filesystem.Filesystem/Remove", a.handleRemove)
+	m.HandleFunc("POST /filesystem.Filesystem/Move", a.handleMove)
+	return a
+}
+
+// ServeHTTP checks X-Access-Token (all but the agent's own GET /health)
+// and dispatches: a request carrying ForwardPortHeader goes to that guest
+// port, the rest to the agent's handlers.
+func (a *agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	fport, fwd, ferr := forwardPort(r)
+	if tok := a.token(); tok != "" && (fwd || !(r.Method == http.MethodGet && r.URL.Path == "/health")) {
+		got := r.Header.Get("X-Access-Token")
+		signed := !fwd && got == "" && VerifyFileSignature(r, tok, time.Now()) == nil
+		if !signed && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+			if strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem.") {
+				writeUnaryError(w, errorf(codeUnauthenticated, "missing or invalid X-Access-Token"))
+				return
+			}
+			writeRESTError(w, http.StatusUnauthorized, "missing or invalid X-Access-Token")
+			return
+		}
+	}
+	if fwd || isStream(r) {
+		serve.Unbound(w) // authenticated: the stream lasts as long as it needs
+	}
+	if fwd && ferr == nil && fport == InterpreterPort && !a.o.NoInterpreter {
+		a.interp.ServeHTTP(w, r) // the code interpreter, in-process (interpreter.go)
+		return
+	}
+	if fwd {
+		a.forward(w, r)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, RuntimePrefix+"/") {
+		a.serveRuntime(w, r) // agent-sandbox's runtime API (runtime.go)
+		return
+	}
+	a.mux.ServeHTTP(w, r)
+}
+
+// Run serves the agent until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	if o.Root != "" {
+		if err := os.MkdirAll(o.Root, 0o755); err != nil {
+			return err
+		}
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return err
+	}
+	if o.AddrFile != "" {
+		tmp := o.AddrFile + ".tmp"
+		if err := os.WriteFile(tmp, []byte(ln.Addr().String()), 0o600); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, o.AddrFile); err != nil {
+			return err
+		}
+	}
+	a := newAgent(o)
+	defer a.killAll()
+	srv := serve.NewServer(a, serveOptions)
+	ln = serve.Listen(ln, serveOptions)
+	go func() {
+		<-ctx.Done()
+		a.killAll()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// serveOptions bound the agent's clients: every request gets
+// serve.DefaultTimeouts' deadlines until it is authenticated; then process
+// streams (Start, Connect), file transfers and port forwards lift them
+// (ServeHTTP). The guest's descriptors are few, so the cap is the default
+// one (the limit minus a reserve).
+var serveOptions = serve.Options{Timeouts: serve.DefaultTimeouts}
+
+// isStream reports the agent's long-lived routes.
+func isStream(r *http.Request) bool {
+	switch r.URL.Path {
+	case "/process.Process/Start", "/process.Process/Connect", "/files":
+		return true
+	}
+	return false
+}
+
+// Main is cmd/sandbox-agent: it parses args and runs until SIGTERM/SIGINT.
+func Main(args []string) int {
+	fs := flag.NewFlagSet("sandbox-agent", flag.ContinueOnError)
+	var o Options
+	var env string
+	fs.StringVar(&o.Listen, "listen", "127.0.0.1:0", "address to serve on")
+	fs.StringVar(&o.AddrFile, "addr-file", "", "file to write the bound address to")
+	fs.StringVar(&o.Root, "root", "", "guest home directory (default: current directory)")
+	fs.StringVar(&o.User, "user", "", "account processes run as by default (the agent must be root)")
+	fs.StringVar(&env, "env", "", "comma-separated KEY=VALUE pairs added to every process")
+	fs.StringVar(&o.Python, "python", "python3", "interpreter of the code contexts served on port 49999")
+	fs.BoolVar(&o.NoInterpreter, "no-interpreter", false, "do not serve the code interpreter: port 49999 is the guest's own")
+	tokenFile := fs.String("token-file", "", "file holding the access token (default: $HEARTH_AGENT_TOKEN)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	o.Token = os.Getenv("HEARTH_AGENT_TOKEN")
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
+			return 1
+		}
+		o.Token = strings.TrimSpace(string(b))
+		o.TokenFile = *tokenFile
+	}
+	if o.Root == "" {
+		o.Root, _ = os.Getwd()
+	}
+	o.Root, _ = filepath.Abs(o.Root)
+	if env != "" {
+		o.Env = map[string]string{}
+		for _, kv := range strings.Split(env, ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				o.Env[k] = v
+			}
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := Run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
+		return 1
+	}
+	return 0
+}

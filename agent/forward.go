@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+)
+
+// ForwardPortHeader asks the agent to forward the request to a port of the
+// guest instead of serving it: the value is the port (1-65535) on the
+// guest's loopback. It is how the e2b gateway reaches any port of a
+// sandbox (E2b-Sandbox-Port) through the one address it knows, the
+// agent's. A forwarded request needs the sandbox token like any other
+// (GET /health included); the header and the token are not passed on.
+// HTTP, streaming and upgraded (WebSocket) connections are forwarded.
+const ForwardPortHeader = "X-Hearth-Forward-Port"
+
+// forwardPort parses ForwardPortHeader; ok is false when absent.
+func forwardPort(r *http.Request) (port int, ok bool, err error) {
+	v := r.Header.Get(ForwardPortHeader)
+	if v == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, true, strconv.ErrRange
+	}
+	return n, true, nil
+}
+
+// forwarder reverse-proxies forwarded requests to the guest's loopback.
+var forwarder = &httputil.ReverseProxy{
+	FlushInterval: -1,
+	Rewrite: func(pr *httputil.ProxyRequest) {
+		port := pr.In.Header.Get(ForwardPortHeader)
+		host := net.JoinHostPort("127.0.0.1", port)
+		pr.SetURL(&url.URL{Scheme: "http", Host: host})
+		pr.Out.Host = net.JoinHostPort("localhost", port)
+		pr.Out.Header.Del(ForwardPortHeader)
+		pr.Out.Header.Del("X-Access-Token")
+	},
+	ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+		if r.Context().Err() != nil {
+			return
+		}
+		// r is the outgoing request, without the header: the port is in
+		// its context (forward).
+		port, _ := r.Context().Value(forwardPortKey{}).(int)
+		writeRESTError(w, http.StatusBadGateway, "port "+strconv.Itoa(port)+" of the sandbox is not reachable: "+err.Error())
+	},
+}
+
+type forwardPortKey struct{}
+
+// forward serves a request carrying ForwardPortHeader (already authorized).
+func (a *agent) forward(w http.ResponseWriter, r *http.Request) {
+	port, _, err := forwardPort(r)
+	if err != nil {
+		writeRESTError(w, http.StatusBadRequest, ForwardPortHeader+" must be a port in [1, 65535]")
+		return
+	}
+	r = r.WithContext(context.WithValue(r.Context(), forwardPortKey{}, port))
+	// Streams both ways at once (see the gateway's data plane).
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	forwarder.ServeHTTP(w, r)
+	// Reach the end of the body before returning (as the gateway does): a
+	// full-duplex body that net/http drains after the handler races with
+	// its read of the next request ("invalid concurrent Body.Read call").
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+}

@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// guestServer is a web server on the "guest's" loopback; it echoes what
+// the agent forwarded, and upgrades /ws to an echo connection.
+func guestServer(t *testing.T) (port string) {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ws" {
+			w.Header().Set("Connection", "Upgrade")
+			w.Header().Set("Upgrade", "echo")
+			w.WriteHeader(http.StatusSwitchingProtocols)
+			conn, rw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			_ = rw.Flush()
+			line, _ := rw.ReadString('\n')
+			_, _ = rw.WriteString("echo:" + line)
+			_ = rw.Flush()
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, r.Method+" "+r.URL.RequestURI()+" host="+r.Host+
+			" token="+r.Header.Get("X-Access-Token")+" fwd="+r.Header.Get(ForwardPortHeader)+" body="+string(b))
+	}))
+	t.Cleanup(srv.Close)
+	_, port, _ = net.SplitHostPort(srv.Listener.Addr().String())
+	return port
+}
+
+func TestForward_ReachesAGuestPortWithTheToken(t *testing.T) {
+	ta := startAgent(t, nil)
+	port := guestServer(t)
+
+	resp := ta.do("POST", "/api/x?q=1", "text/plain", strings.NewReader("hi"), map[string]string{ForwardPortHeader: port})
+	require.Equal(t, 200, resp.StatusCode)
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, "POST /api/x?q=1 host=localhost:"+port+" token= fwd= body=hi", string(b),
+		"the guest server sees neither the token nor the forward header")
+
+	// The agent's own /health is open; a forwarded one is not.
+	for _, tok := range []string{"", "wrong"} {
+		req, _ := http.NewRequest("GET", ta.url+"/health", nil)
+		req.Header.Set(ForwardPortHeader, port)
+		req.Header.Set("X-Access-Token", tok)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+
+	for _, bad := range []string{"0", "65536", "http", "-1"} {
+		resp = ta.do("GET", "/", "", nil, map[string]string{ForwardPortHeader: bad})
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, bad)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	resp = ta.do("GET", "/", "", nil, map[string]string{ForwardPortHeader: closed})
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
+}
+
+func TestForward_UpgradedConnectionsFlowBothWays(t *testing.T) {
+	ta := startAgent(t, nil)
+	port := guestServer(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n"+
+		"X-Access-Token: "+testToken+"\r\n"+ForwardPortHeader+": "+port+"\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	_, err = io.WriteString(conn, "ping\n")
+	require.NoError(t, err)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "echo:ping\n", line)
+}

@@ -1,0 +1,57 @@
+package agent
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The SDK's own vector: getSignature({path:'/tmp/a.txt', operation:'read',
+// user: undefined, envdAccessToken:'envd-token-abc'}).
+func TestFileSignature_MatchesTheSDK(t *testing.T) {
+	require.Equal(t, "v1_+kmtg", FileSignature("/tmp/a.txt", "read", "", "envd-token-abc", 0)[:8])
+}
+
+func TestSignedURL_WorksWithoutTokenAndExpires(t *testing.T) {
+	ta := startAgent(t, nil)
+	require.NoError(t, os.WriteFile(filepath.Join(ta.root, "s.txt"), []byte("signed"), 0o644))
+	get := func(q url.Values) *http.Response {
+		resp, err := http.Get(ta.url + "/files?" + q.Encode())
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	q := url.Values{"path": {"s.txt"}, "signature": {FileSignature("s.txt", "read", "", testToken, 0)}}
+	resp := get(q)
+	require.Equal(t, 200, resp.StatusCode)
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, "signed", string(b))
+
+	// Signed for writing, not reading; unsigned; expired.
+	q.Set("signature", FileSignature("s.txt", "write", "", testToken, 0))
+	require.Equal(t, 401, get(q).StatusCode)
+	require.Equal(t, 401, get(url.Values{"path": {"s.txt"}}).StatusCode)
+	exp := time.Now().Add(-time.Minute).Unix()
+	q = url.Values{"path": {"s.txt"}, "signature": {FileSignature("s.txt", "read", "", testToken, exp)}, "signature_expiration": {strconv.FormatInt(exp, 10)}}
+	require.Equal(t, 401, get(q).StatusCode)
+	exp = time.Now().Add(time.Minute).Unix()
+	q = url.Values{"path": {"s.txt"}, "signature": {FileSignature("s.txt", "read", "", testToken, exp)}, "signature_expiration": {strconv.FormatInt(exp, 10)}}
+	require.Equal(t, 200, get(q).StatusCode)
+
+	// Upload.
+	q = url.Values{"path": {"up.txt"}, "signature": {FileSignature("up.txt", "write", "", testToken, 0)}}
+	resp, err := http.Post(ta.url+"/files?"+q.Encode(), "application/octet-stream", strings.NewReader("up"))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	b, _ = os.ReadFile(filepath.Join(ta.root, "up.txt"))
+	require.Equal(t, "up", string(b))
+}

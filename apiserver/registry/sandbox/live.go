@@ -1,0 +1,293 @@
+package sandboxstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+
+	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/nodeapi"
+)
+
+// LiveSource is a live fleet view with a revision per applied change
+// (*fleetview.Live is one). When Config.Live is set, lists and watches
+// that are not pinned to one name read it: a list is at one revision, and
+// a watch from that revision gets exactly the later changes, as each
+// arrives.
+//
+// Revisions are per API server replica (like metrics-server's, nothing is
+// stored): a revision another replica, or an earlier process, handed out
+// is unknown here and answered 410 Gone, so clients list again.
+type LiveSource interface {
+	// List returns the entries keep accepts, each with the revision of its
+	// last change, and the revision the list is at.
+	List(keep func(inventory.Item) bool) ([]inventory.Versioned, uint64)
+	// Since returns up to max changes after rv, the revision they end at
+	// and a channel closed at the next change; inventory.ErrExpired for a
+	// revision it does not know.
+	Since(rv uint64, max int) ([]inventory.Change, uint64, <-chan struct{}, error)
+	// Current returns the entry that speaks for name, with the revision
+	// of its last change.
+	Current(name string) (inventory.Versioned, bool)
+	// CurrentByID returns the entry of a claim id.
+	CurrentByID(id string) (inventory.Versioned, bool)
+	// Rev is the current revision.
+	Rev() uint64
+	// Streaming reports whether node's change stream is applied (the
+	// source follows the node within milliseconds).
+	Streaming(node string) bool
+}
+
+// revisionWait bounds how long a read waits for the live source to apply
+// the change the node just answered with (its stream's latency).
+const revisionWait = time.Second
+
+// read renders a record a node answered with, with the resourceVersion
+// lists and watches give that object (revisionOf), so a Get, a list item
+// and a watch event of one state carry one resourceVersion: an update may
+// carry it, a watch may resume from it. Without a live source, or when the
+// source does not hold this state (its node's stream is down), the
+// content hash of the entry (objectOf).
+func (s *sandboxStorage) read(ctx context.Context, sb nodeapi.Sandbox) *sandboxv1beta1.Sandbox {
+	if rv, ok := s.revisionOf(ctx, &sb); ok {
+		return synthesize(&sb, rv)
+	}
+	return objectOf(sb)
+}
+
+// revisionOf returns the live source's revision of the entry that speaks
+// for sb's name once that entry is sb (its claim id and content). The
+// source follows the node's stream, so a record the node just changed is
+// waited for, up to revisionWait and only while that stream is applied.
+func (s *sandboxStorage) revisionOf(ctx context.Context, sb *nodeapi.Sandbox) (uint64, bool) {
+	if s.live == nil || sb.ID == "" {
+		return 0, false
+	}
+	name := inventory.NameOf(sb)
+	e := inventory.EntryOf(sb)
+	want := inventory.Hash(sb.Node, &e)
+	var deadline <-chan time.Time
+	for {
+		rv := s.live.Rev()
+		if it, ok := s.live.Current(name); ok && it.Entry.ID == sb.ID && inventory.Hash(it.Node.Name, it.Entry) == want {
+			return it.Rev, true
+		}
+		if !s.live.Streaming(sb.Node) {
+			return 0, false
+		}
+		changes, _, wake, err := s.live.Since(rv, 1)
+		if err != nil {
+			return 0, false
+		}
+		if len(changes) > 0 {
+			continue // a change landed since rv: look again
+		}
+		if deadline == nil {
+			t := time.NewTimer(revisionWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-wake:
+		case <-deadline:
+			return 0, false
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+}
+
+// liveCurrent reports whether rv is the revision the live view gave the
+// object named ref (in a Get, a list or a watch event) and that object is
+// still cur, the node's record: an Update may carry it (or the content
+// hash a Create's answer carries).
+func (s *sandboxStorage) liveCurrent(ref string, cur nodeapi.Sandbox, rv string) bool {
+	if s.live == nil {
+		return false
+	}
+	it, ok := s.live.Current(ref)
+	if !ok || rvString(it.Rev) != rv || it.Entry.ID != cur.ID {
+		return false
+	}
+	e := inventory.EntryOf(&cur)
+	return inventory.Hash(cur.Node, &e) == inventory.Hash(it.Node.Name, it.Entry)
+}
+
+// liveBookmarkEvery is the cadence of progress bookmarks on a live watch
+// that asked for them.
+const liveBookmarkEvery = 30 * time.Second
+
+func rvString(rv uint64) string { return strconv.FormatUint(rv, 10) }
+
+func versionedObject(it inventory.Item, rv uint64) *sandboxv1beta1.Sandbox {
+	s := it.Sandbox()
+	return synthesize(&s, rv)
+}
+
+// listLive is List over the live source.
+func (s *sandboxStorage) listLive(f filter) *sandboxv1beta1.SandboxList {
+	items, rv := s.live.List(f.keep)
+	list := &sandboxv1beta1.SandboxList{
+		TypeMeta: metav1.TypeMeta{APIVersion: sandboxv1beta1.GroupVersion.String(), Kind: "SandboxList"},
+		ListMeta: metav1.ListMeta{ResourceVersion: rvString(rv)},
+		Items:    make([]sandboxv1beta1.Sandbox, 0, len(items)),
+	}
+	for _, it := range items {
+		list.Items = append(list.Items, *versionedObject(it.Item, it.Rev))
+	}
+	sort.Slice(list.Items, func(i, j int) bool {
+		a, b := &list.Items[i], &list.Items[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	return list
+}
+
+// watchLive opens a watch over the live source with the Kubernetes
+// resourceVersion semantics: "" or "0" (or sendInitialEvents=true) opens
+// with the current state as ADDED events (then the initial-events-end
+// BOOKMARK for a watch-list); a revision the source still knows gets only
+// the later changes; any other is 410 Gone, before anything is streamed.
+func (s *sandboxStorage) watchLive(ctx context.Context, f filter, opts *metainternalversion.ListOptions) (watch.Interface, error) {
+	rvs := ""
+	sendInitial := false
+	bookmarks := false
+	if opts != nil {
+		rvs = opts.ResourceVersion
+		sendInitial = opts.SendInitialEvents != nil && *opts.SendInitialEvents
+		bookmarks = opts.AllowWatchBookmarks
+	}
+	initial := sendInitial || rvs == "" || rvs == "0"
+	var from uint64
+	if !initial {
+		rv, err := strconv.ParseUint(rvs, 10, 64)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: %v", rvs, err))
+		}
+		if _, _, _, err := s.live.Since(rv, 1); err != nil {
+			return nil, expired(rvs)
+		}
+		from = rv
+	}
+	w := &sandboxWatch{ch: make(chan watch.Event, 64), done: make(chan struct{})}
+	go func() {
+		defer close(w.ch)
+		send := func(e watch.Event) bool {
+			select {
+			case w.ch <- e:
+				return true
+			case <-w.done:
+			case <-ctx.Done():
+			}
+			return false
+		}
+		if initial {
+			items, rv := s.live.List(f.keep)
+			sort.Slice(items, func(i, j int) bool { return items[i].Entry.Name < items[j].Entry.Name })
+			for _, it := range items {
+				if !send(watch.Event{Type: watch.Added, Object: versionedObject(it.Item, it.Rev)}) {
+					return
+				}
+			}
+			if sendInitial && bookmarks && !send(watch.Event{Type: watch.Bookmark, Object: bookmarkObject(rvString(rv))}) {
+				return
+			}
+			from = rv
+		}
+		s.followLive(ctx, w, f, from, bookmarks, send)
+	}()
+	return w, nil
+}
+
+func expired(rv string) error {
+	return apierrors.NewResourceExpired(fmt.Sprintf("resourceVersion %s is too old or from another API server replica; list again", rv))
+}
+
+// followLive streams the changes after from that the filter sees: a
+// change entering the selection is ADDED, one leaving it DELETED. A
+// watcher so slow that the source's history overran it gets a 410 Error
+// event and ends (the client lists again).
+func (s *sandboxStorage) followLive(ctx context.Context, w *sandboxWatch, f filter, from uint64, bookmarks bool, send func(watch.Event) bool) {
+	var tick <-chan time.Time
+	if bookmarks {
+		t := time.NewTicker(liveBookmarkEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	cur := from
+	for {
+		changes, next, wake, err := s.live.Since(cur, 1024)
+		if err != nil {
+			if errors.Is(err, inventory.ErrExpired) {
+				st := expired(rvString(cur)).(*apierrors.StatusError).ErrStatus
+				send(watch.Event{Type: watch.Error, Object: &st})
+			}
+			return
+		}
+		for _, c := range changes {
+			if ev, ok := liveEvent(c, f); ok && !send(ev) {
+				return
+			}
+		}
+		cur = next
+		if len(changes) == 1024 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.done:
+			return
+		case <-wake:
+		case <-tick:
+			if !send(watch.Event{Type: watch.Bookmark, Object: progressBookmark(rvString(cur))}) {
+				return
+			}
+		}
+	}
+}
+
+// liveEvent is what a watch with filter f sees of change c.
+func liveEvent(c inventory.Change, f filter) (watch.Event, bool) {
+	is := f.keep(c.Item)
+	switch c.Type {
+	case inventory.Added:
+		if is {
+			return watch.Event{Type: watch.Added, Object: versionedObject(c.Item, c.Rev)}, true
+		}
+	case inventory.Deleted:
+		if is {
+			return watch.Event{Type: watch.Deleted, Object: versionedObject(c.Item, c.Rev)}, true
+		}
+	case inventory.Modified:
+		was := c.Old.Entry != nil && f.keep(c.Old)
+		switch {
+		case was && is:
+			return watch.Event{Type: watch.Modified, Object: versionedObject(c.Item, c.Rev)}, true
+		case is:
+			return watch.Event{Type: watch.Added, Object: versionedObject(c.Item, c.Rev)}, true
+		case was:
+			return watch.Event{Type: watch.Deleted, Object: versionedObject(c.Item, c.Rev)}, true
+		}
+	}
+	return watch.Event{}, false
+}
+
+// progressBookmark is a plain BOOKMARK at rv.
+func progressBookmark(rv string) *sandboxv1beta1.Sandbox {
+	return &sandboxv1beta1.Sandbox{
+		TypeMeta:   metav1.TypeMeta{APIVersion: sandboxv1beta1.GroupVersion.String(), Kind: "Sandbox"},
+		ObjectMeta: metav1.ObjectMeta{ResourceVersion: rv},
+	}
+}

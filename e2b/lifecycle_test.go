@@ -1,0 +1,76 @@
+package e2b
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/nodeapi"
+)
+
+func TestCreate_LifecycleReachesTheClaimAndGetInfo(t *testing.T) {
+	g := startGateway(t)
+	s := g.create(map[string]any{"templateID": "rt", "autoPause": true, "autoResume": map[string]any{"enabled": true}})
+	require.Equal(t, nodeapi.Lifecycle{OnTimeout: nodeapi.OnTimeoutPause, AutoResume: true}, g.f.claims[0].Lifecycle)
+	var d detailJSON
+	g.call("GET", "/sandboxes/"+s.SandboxID, nil, &d)
+	require.Equal(t, lifecycle{OnTimeout: "pause", AutoResume: true}, d.Lifecycle)
+
+	plain := g.create(map[string]any{"templateID": "rt"})
+	g.call("GET", "/sandboxes/"+plain.SandboxID, nil, &d)
+	require.Equal(t, lifecycle{OnTimeout: "kill"}, d.Lifecycle)
+
+	resp, _ := g.call("POST", "/v2/sandboxes", map[string]any{"templateID": "rt", "autoResume": map[string]any{"enabled": true}}, nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "autoResume needs autoPause")
+
+	g.create(map[string]any{"templateID": "rt", "autoPause": true, "autoPauseMemory": false})
+	require.Equal(t, nodeapi.Lifecycle{OnTimeout: nodeapi.OnTimeoutPause, PauseWithoutMemory: true}, g.f.claims[len(g.f.claims)-1].Lifecycle)
+	resp, _ = g.call("POST", "/v2/sandboxes", map[string]any{"templateID": "rt", "autoPause": true, "autoPauseMemory": false, "autoResume": map[string]any{"enabled": true}}, nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "a pause without memory is not auto-resumed")
+}
+
+func TestDataPlane_AutoResumeWakesAPausedSandbox(t *testing.T) {
+	g := startGateway(t)
+	auto := g.create(map[string]any{"templateID": "rt", "autoPause": true, "autoResume": map[string]any{"enabled": true}})
+	manual := g.create(map[string]any{"templateID": "rt", "autoPause": true})
+	for _, id := range []string{auto.SandboxID, manual.SandboxID} {
+		resp, _ := g.call("POST", "/sandboxes/"+id+"/pause", nil, nil)
+		require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	}
+	code, out, _ := g.run(auto.SandboxID, *auto.EnvdAccessToken, "echo woke")
+	require.Equal(t, 200, code)
+	require.Equal(t, "woke\n", out)
+	code, _, _ = g.run(manual.SandboxID, *manual.EnvdAccessToken, "echo no")
+	require.Equal(t, http.StatusBadGateway, code, "without autoResume a paused sandbox stays paused")
+}
+
+func TestDataPlane_SignedFileURLs(t *testing.T) {
+	g := startGateway(t)
+	s := g.create(map[string]any{"templateID": "rt"})
+	tok := *s.EnvdAccessToken
+	// Write a file the ordinary way, through an upload signed for writing.
+	get := func(method string, q url.Values) int {
+		req, _ := http.NewRequest(method, g.url+"/files?"+q.Encode(), nil)
+		req.Host = "49983-" + s.SandboxID + ".gw.local"
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	up := url.Values{"path": {"f.txt"}, "signature": {agent.FileSignature("f.txt", "write", "", tok, 0)}}
+	require.Equal(t, 200, get("POST", up))
+	down := url.Values{"path": {"f.txt"}, "signature": {agent.FileSignature("f.txt", "read", "", tok, 0)}}
+	require.Equal(t, 200, get("GET", down))
+	require.Equal(t, http.StatusUnauthorized, get("GET", url.Values{"path": {"f.txt"}}), "unsigned")
+	require.Equal(t, http.StatusUnauthorized, get("POST", down), "signed for reading, used for writing")
+	other := url.Values{"path": {"f.txt"}, "signature": {agent.FileSignature("f.txt", "read", "", "another-token-0123456789", 0)}}
+	require.Equal(t, http.StatusUnauthorized, get("GET", other), "another sandbox's token")
+	exp := time.Now().Add(-time.Second).Unix()
+	expired := url.Values{"path": {"f.txt"}, "signature": {agent.FileSignature("f.txt", "read", "", tok, exp)}, "signature_expiration": {strconv.FormatInt(exp, 10)}}
+	require.Equal(t, http.StatusForbidden, get("GET", expired))
+}

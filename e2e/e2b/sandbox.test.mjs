@@ -1,0 +1,140 @@
+// Acceptance test of a real, confined sandbox: the unmodified e2b SDK
+// against a running sandbox-dev (hack/test.d/52-real-sandbox.sh starts one
+// with the default backend and the built-in Debian image).
+//
+// Environment: E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY (the SDK's own),
+// HEARTH_TEMPLATE (the pool's image), HEARTH_DATA_DIR (sandbox-dev's data
+// dir: credentials a guest must not reach), HEARTH_HOST_PORTS (comma-separated
+// loopback ports of host services: API server, etcd, nodes, gateway),
+// HEARTH_VMM (its backend; default sim).
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
+import { Sandbox } from 'e2b'
+
+const template = process.env.HEARTH_TEMPLATE
+const dataDir = process.env.HEARTH_DATA_DIR
+const hostPorts = (process.env.HEARTH_HOST_PORTS || '').split(',').filter(Boolean).map(Number)
+// HEARTH_VMM names sandbox-dev's backend; sim guests are host processes.
+const guestOnHost = (process.env.HEARTH_VMM || 'sim') === 'sim'
+
+async function withSandbox(fn) {
+  const sbx = await Sandbox.create(template, { timeoutMs: 120_000 })
+  try {
+    return await fn(sbx)
+  } finally {
+    await sbx.kill().catch(() => {})
+  }
+}
+
+async function run(sbx, cmd, opts = {}) {
+  try {
+    return await sbx.commands.run(cmd, { timeoutMs: 60_000, ...opts })
+  } catch (e) {
+    // CommandExitError carries the result; callers assert on exitCode.
+    if (e && typeof e.exitCode === 'number') return e
+    throw e
+  }
+}
+
+// hostProcesses lists the host's process table (pid and args).
+function hostProcesses() {
+  return execFileSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' })
+}
+
+async function pollUntil(what, cond, timeoutMs = 20_000) {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    if (await cond()) return
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 200))
+  }
+}
+
+test('the guest is the image: python3, os-release, user, home, sudo', async () => {
+  await withSandbox(async (sbx) => {
+    assert.equal((await run(sbx, "python3 -c 'print(6*7)'")).stdout.trim(), '42')
+    assert.match((await run(sbx, 'cat /etc/os-release')).stdout, /bookworm/)
+    assert.equal((await run(sbx, 'id -un')).stdout.trim(), 'user')
+    assert.equal((await run(sbx, 'pwd')).stdout.trim(), '/home/user')
+    assert.equal((await run(sbx, 'sudo -n id -u')).stdout.trim(), '0')
+    assert.match((await run(sbx, 'git --version')).stdout, /^git version/)
+  })
+})
+
+test('nothing of the host is reachable from inside', async () => {
+  await withSandbox(async (sbx) => {
+    // The node's data dir (root token, claim table, e2b key) by any path.
+    for (const p of [dataDir, `${dataDir}/root-token`, `${dataDir}/e2b-api-key`]) {
+      const r = await run(sbx, `sudo -n ls -d '${p}' 2>&1`)
+      assert.notEqual(r.exitCode, 0, `${p} is visible in the guest`)
+    }
+    const ls = (await run(sbx, 'ls /')).stdout.split(/\s+/)
+    assert.ok(ls.includes('home') && !ls.includes('work'), `ls / shows ${ls}`)
+    // TCP to the host's loopback services and the metadata address fails.
+    const targets = hostPorts.flatMap((p) => [`127.0.0.1:${p}`, `10.0.2.2:${p}`]).concat(['169.254.169.254:80'])
+    const probe = `
+import socket, sys
+open_ = []
+for t in sys.argv[1:]:
+    h, p = t.rsplit(':', 1)
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect((h, int(p)))
+        open_.append(t)
+    except OSError:
+        pass
+    finally:
+        s.close()
+print(','.join(open_))
+`
+    await sbx.files.write('/tmp/probe.py', probe)
+    const r = await run(sbx, `python3 /tmp/probe.py ${targets.join(' ')}`)
+    assert.equal(r.exitCode, 0, r.stderr)
+    assert.equal(r.stdout.trim(), '', `connected from the guest to ${r.stdout.trim()}`)
+  })
+})
+
+test('no agent token on the host process table', async () => {
+  await withSandbox(async (sbx) => {
+    const info = await Sandbox.connect(sbx.sandboxId)
+    const token = info.envdAccessToken || sbx.envdAccessToken
+    if (token) assert.ok(!hostProcesses().includes(token), 'a sandbox token is in ps -eo args')
+  })
+})
+
+test('a background process dies with its sandbox', async () => {
+  const marker = `sleep ${800 + Math.floor(Math.random() * 99)}`
+  await withSandbox(async (sbx) => {
+    await sbx.commands.run(marker, { background: true })
+    await pollUntil('the background process to start', async () => (await run(sbx, `pgrep -f '${marker}'`)).exitCode === 0)
+    // The sim backend's guests are host processes (in their own namespaces):
+    // there the host sees it until the sandbox is gone. A VM's are not.
+    if (guestOnHost) await pollUntil('the guest process on the host', () => hostProcesses().includes(marker))
+  })
+  await pollUntil('the background process to be gone after kill', () => !hostProcesses().includes(marker))
+})
+
+test('two sandboxes writing the same absolute path see only their own file', async () => {
+  await withSandbox(async (a) => {
+    await withSandbox(async (b) => {
+      await a.files.write('/tmp/same-path', 'from a')
+      await b.files.write('/tmp/same-path', 'from b')
+      assert.equal(await a.files.read('/tmp/same-path'), 'from a')
+      assert.equal(await b.files.read('/tmp/same-path'), 'from b')
+    })
+  })
+})
+
+test('envs set at create survive a pause without memory (the guest restarts from its disk)', async () => {
+  const sbx = await Sandbox.create(template, { timeoutMs: 120_000, envs: { HEARTH_ENV_KEPT: 'kept-across-resume' } })
+  try {
+    assert.equal((await run(sbx, 'echo "$HEARTH_ENV_KEPT"')).stdout.trim(), 'kept-across-resume')
+    assert.equal(await sbx.pause({ keepMemory: false }), true)
+    const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 })
+    assert.equal((await run(again, 'echo "$HEARTH_ENV_KEPT"')).stdout.trim(), 'kept-across-resume')
+  } finally {
+    await sbx.kill().catch(() => {})
+  }
+})

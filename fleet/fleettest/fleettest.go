@@ -1,0 +1,199 @@
+// Package fleettest runs real in-process node daemons (node.New) on
+// loopback for tests of the fleet, the router and the API surfaces. The
+// nodes boot "VMs" through vmmtest.Driver, an in-memory vmm.Driver without
+// processes: everything above the driver (claim table, pools, leases, the
+// HTTP API) is the real node. The fleet view is a Static viewer that the
+// test refreshes with Publish, as an inventory publish would.
+package fleettest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/nodeapi"
+	"github.com/hearthvm/hearth/vmm/vmmtest"
+)
+
+// Token is the operator root token every test node accepts (the fleet
+// never sends it).
+const Token = "fleettest-root-token"
+
+// Secret is the fleet secret: a fleet built with it sends each test node
+// its own token, nodeapi.NodeToken(Secret, name), which that node accepts.
+const Secret = "fleettest-fleet-secret"
+
+// Node is one running node daemon.
+type Node struct {
+	*node.Node
+	Name, Addr string
+	Driver     *vmmtest.Driver
+	// Client speaks to the node with the root token.
+	Client *nodeapi.Client
+
+	dir  string
+	stop func()
+}
+
+// Fleet is a set of running nodes and the Static view of their inventories.
+type Fleet struct {
+	Nodes []*Node
+	View  *inventory.Static
+}
+
+// Start runs n nodes named node-0… on loopback; they stop at test cleanup.
+func Start(t testing.TB, n int) *Fleet {
+	t.Helper()
+	f := &Fleet{View: &inventory.Static{}}
+	for i := 0; i < n; i++ {
+		f.Nodes = append(f.Nodes, startNode(t, fmt.Sprintf("node-%d", i)))
+	}
+	f.Publish()
+	return f
+}
+
+func startNode(t testing.TB, name string) *Node {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runNode(t, ln, name, t.TempDir(), vmmtest.New(vmmtest.Options{Name: "test"}))
+}
+
+func runNode(t testing.TB, ln net.Listener, name, dir string, drv *vmmtest.Driver) *Node {
+	t.Helper()
+	addr := ln.Addr().String()
+	nd, err := node.New(node.Config{
+		Name: name, AdvertiseAddress: addr, RootToken: Token, NodeToken: nodeapi.NodeToken(Secret, name), DataDir: dir, Driver: drv,
+		MaxBootConcurrency: 4, ReapInterval: 50 * time.Millisecond, RefillInterval: 20 * time.Millisecond,
+		// In-memory VMs have no agent to probe.
+		WarmCheckInterval: -1,
+	})
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: nd.Handler()}
+	go func() { _ = srv.Serve(ln) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = nd.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = srv.Close()
+			cancel()
+			<-done
+			cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer ccancel()
+			if err := nd.Close(cctx); err != nil {
+				t.Errorf("closing %s: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &Node{Node: nd, Name: name, Addr: addr, Driver: drv, Client: nodeapi.NewClient(addr, Token), dir: dir, stop: stop}
+}
+
+// Restart stops node i as a clean shutdown does (claimed VMs stopped, not
+// destroyed) and starts it again on the same name, address, data dir and
+// driver, so it re-adopts its claimed sandboxes; then publishes.
+func (f *Fleet) Restart(t testing.TB, i int) {
+	t.Helper()
+	old := f.Nodes[i]
+	old.stop()
+	var ln net.Listener
+	Eventually(t, 10*time.Second, func() bool {
+		var err error
+		ln, err = net.Listen("tcp", old.Addr)
+		return err == nil
+	}, "cannot listen on %s again", old.Addr)
+	f.Nodes[i] = runNode(t, ln, old.Name, old.dir, old.Driver)
+	f.Publish()
+}
+
+// Publish refreshes the view from every node's current inventory.
+func (f *Fleet) Publish() {
+	invs := make([]*inventory.NodeInventory, len(f.Nodes))
+	for i, n := range f.Nodes {
+		invs[i] = n.Inventory()
+	}
+	f.View.Set(invs...)
+}
+
+// SetWarm sets warm targets for one pool, warm[i] on node i, waits until
+// every node holds them, and publishes.
+func (f *Fleet) SetWarm(t testing.TB, spec nodeapi.PoolSpec, warm ...int32) {
+	t.Helper()
+	ctx := context.Background()
+	for i, n := range f.Nodes {
+		s := spec
+		if i < len(warm) {
+			s.Warm = warm[i]
+		} else {
+			s.Warm = 0
+		}
+		if _, err := n.Client.PutPools(ctx, []nodeapi.PoolSpec{s}); err != nil {
+			t.Fatalf("PUT pools on %s: %v", n.Name, err)
+		}
+	}
+	for i, n := range f.Nodes {
+		want := int32(0)
+		if i < len(warm) {
+			want = warm[i]
+		}
+		WaitWarm(t, n, spec.Template, want)
+	}
+	f.Publish()
+}
+
+// WaitWarm polls n until its pool for template holds want warm VMs.
+func WaitWarm(t testing.TB, n *Node, template string, want int32) {
+	t.Helper()
+	Eventually(t, 60*time.Second, func() bool {
+		info, err := n.Client.Info(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, p := range info.Pools {
+			if p.Template == template {
+				return p.Warm == want
+			}
+		}
+		return want == 0
+	}, "pool %s on %s never reached warm %d", template, n.Name, want)
+}
+
+// Warm returns n's warm count for template.
+func Warm(t testing.TB, n *Node, template string) int32 {
+	t.Helper()
+	info, err := n.Client.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range info.Pools {
+		if p.Template == template {
+			return p.Warm
+		}
+	}
+	return 0
+}
+
+// Eventually polls cond every 10ms until it holds or timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf(format, args...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,8 @@
+package image
+
+import (
+	"io"
+	"log"
+)
+
+func nullLogger() *log.Logger { return log.New(io.Discard, "", 0) }

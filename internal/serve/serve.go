@@ -1,0 +1,182 @@
+// Package serve hardens Hearth's HTTP servers (the node daemon, the e2b
+// gateway, the in-guest agent, the Pod-path webhook) against slow, idle and
+// too many clients: per-request read and write deadlines that streaming
+// routes opt out of, an idle timeout, and a connection cap sized to the
+// process's file-descriptor limit.
+//
+// It owns no routes and no listeners' addresses: callers pass the handler
+// and the listener, and say which of their routes stream.
+package serve
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"golang.org/x/net/netutil"
+	"golang.org/x/sys/unix"
+)
+
+// Timeouts bound how long one client may hold a connection.
+type Timeouts struct {
+	// ReadHeader bounds the request line and headers.
+	ReadHeader time.Duration
+	// Read bounds reading the request body, from the handler's start: a
+	// request whose body never arrives is answered (or closed) this late.
+	Read time.Duration
+	// Write bounds the whole response, from the handler's start, so a
+	// client that stops reading cannot hold the handler forever. Keep it
+	// above Read: a request whose body stalls is then answered (400), not
+	// just closed.
+	Write time.Duration
+	// Idle bounds a keep-alive connection between two requests.
+	Idle time.Duration
+}
+
+// DefaultTimeouts suit an API whose bodies are small and whose slowest
+// operation (a fork, a snapshot claim) takes well under a minute.
+var DefaultTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 2 * time.Minute, Idle: 90 * time.Second}
+
+// Options configure NewServer and Listen.
+type Options struct {
+	Timeouts
+	// MaxConns caps the open connections; 0 means DefaultMaxConns(),
+	// negative means no cap.
+	MaxConns int
+	// Streaming reports the requests exempt from Timeouts.Read and
+	// Timeouts.Write from their start; nil means none is. A route that
+	// must authenticate first calls Unbound instead.
+	Streaming func(*http.Request) bool
+}
+
+// fdReserve is how many file descriptors the connection cap leaves to the
+// rest of the process (stores, VM sockets, health probes, logs).
+const fdReserve = 1024
+
+// minConns is the smallest default cap.
+const minConns = 64
+
+// DefaultMaxConns is the default connection cap: the soft RLIMIT_NOFILE
+// (which Go raises to the hard limit at start) minus fdReserve, at least
+// minConns. Accepted connections then never take the descriptors the
+// daemon needs for its own work, so resource exhaustion shows as queued
+// connections, not as failed VM probes or store writes.
+func DefaultMaxConns() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY {
+		return 1 << 16
+	}
+	n := int64(rl.Cur) - fdReserve
+	if n > 1<<20 {
+		n = 1 << 20
+	}
+	return int(max(n, minConns))
+}
+
+// NewServer returns a server for h with o's header and idle timeouts, and
+// h wrapped in Deadlines for the per-request read and write deadlines. It
+// sets no server-wide ReadTimeout or WriteTimeout: those would also cut
+// the streaming routes.
+func NewServer(h http.Handler, o Options) *http.Server {
+	t := o.Timeouts.orDefault()
+	return &http.Server{
+		Handler:           Deadlines(h, t, o.Streaming),
+		ReadHeaderTimeout: t.ReadHeader,
+		IdleTimeout:       t.Idle,
+	}
+}
+
+// Listen wraps ln so that at most o.MaxConns connections are open at once
+// (DefaultMaxConns when 0, none when negative); further ones wait in the
+// kernel's accept queue.
+func Listen(ln net.Listener, o Options) net.Listener {
+	n := o.MaxConns
+	if n == 0 {
+		n = DefaultMaxConns()
+	}
+	if n < 0 {
+		return ln
+	}
+	return netutil.LimitListener(ln, n)
+}
+
+func (t Timeouts) orDefault() Timeouts {
+	d := DefaultTimeouts
+	if t.ReadHeader > 0 {
+		d.ReadHeader = t.ReadHeader
+	}
+	if t.Read > 0 {
+		d.Read = t.Read
+	}
+	if t.Write > 0 {
+		d.Write = t.Write
+	}
+	if t.Idle > 0 {
+		d.Idle = t.Idle
+	}
+	return d
+}
+
+// Deadlines bounds every request that streaming does not report: reading
+// its body gets t.Read from now (cleared once the body is read to its end,
+// so that a long operation is not canceled by the server's background read
+// timing out) and its response gets t.Write from now, both through
+// http.ResponseController. A streaming request gets neither. A handler
+// that streams only once it has authenticated its caller calls Unbound
+// instead. Whatever the handler did, when it returns the connection gets
+// t.Read and t.Write again, so the server's own tail (discarding an unread
+// body, flushing) is bounded too. Zero fields of t take DefaultTimeouts'. A
+// ResponseWriter without deadline support (a test recorder) is served as is.
+func Deadlines(h http.Handler, t Timeouts, streaming func(*http.Request) bool) http.Handler {
+	t = t.orDefault()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		defer func() {
+			now := time.Now()
+			_ = rc.SetReadDeadline(now.Add(t.Read))
+			_ = rc.SetWriteDeadline(now.Add(t.Write))
+		}()
+		if streaming != nil && streaming(r) {
+			_ = rc.SetReadDeadline(time.Time{})
+			_ = rc.SetWriteDeadline(time.Time{})
+			h.ServeHTTP(w, r)
+			return
+		}
+		now := time.Now()
+		_ = rc.SetWriteDeadline(now.Add(t.Write))
+		if r.Body != nil && r.Body != http.NoBody {
+			if rc.SetReadDeadline(now.Add(t.Read)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Unbound lifts the read and write deadlines Deadlines set on w's
+// connection, for a long-lived stream (a process's output, a proxied data
+// plane, a file transfer); call it once the caller is authenticated, so an
+// anonymous client never holds a connection unbounded.
+func Unbound(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+}
+
+// deadlineBody clears the connection's read deadline once the body has
+// been read to its end.
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	cleared bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.cleared {
+		b.cleared = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}

@@ -1,0 +1,63 @@
+package inventory
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hearthvm/hearth/nodeapi"
+	"github.com/hearthvm/hearth/sandbox"
+)
+
+// NameOf is the entry name of a sandbox: its claim ref, or
+// "default/<id>" with the id made a DNS label (nodeapi.DNSName: "sb_1" →
+// "sb-1") for a sandbox without one (an unnamed snapshot claim), so that
+// every name a read renders is a valid object name.
+func NameOf(s *nodeapi.Sandbox) string {
+	if s.ClaimRef != "" {
+		return s.ClaimRef
+	}
+	return "default/" + nodeapi.DNSName(s.ID)
+}
+
+// PhaseOf is the phase a node reports: Paused or Running.
+func PhaseOf(s *nodeapi.Sandbox) string {
+	if s.Paused {
+		return sandbox.PhasePaused
+	}
+	return sandbox.PhaseRunning
+}
+
+// EntryOf is the one conversion of a sandbox record into the entry its
+// node publishes; a live lookup converted here hashes like the published
+// entry. Times are kept to whole seconds, as published.
+func EntryOf(s *nodeapi.Sandbox) Entry {
+	e := Entry{Name: NameOf(s), ID: s.ID, Phase: PhaseOf(s), Template: s.Template, ClaimRef: s.ClaimRef, AgentAddr: s.AgentAddr,
+		Labels: s.Labels, Annotations: s.Annotations}
+	if !s.Deadline.IsZero() {
+		t := metav1.NewTime(s.Deadline.UTC().Truncate(time.Second))
+		e.Deadline = &t
+	}
+	if !s.ClaimedAt.IsZero() {
+		t := metav1.NewTime(s.ClaimedAt.UTC().Truncate(time.Second))
+		e.ClaimedAt = &t
+	}
+	return e
+}
+
+// Sandbox is the record a published item stands for, located on its node.
+// What an entry does not publish (net, size, token, metadata, spec,
+// managed fields, version) is empty.
+func (it Item) Sandbox() nodeapi.Sandbox {
+	e := it.Entry
+	s := nodeapi.Sandbox{ID: e.ID, Node: it.Node.Name, NodeAddr: it.Node.Address, Template: e.Template,
+		ClaimRef: e.ClaimRef, AgentAddr: e.AgentAddr, Paused: e.Phase == sandbox.PhasePaused,
+		Object: nodeapi.Object{Labels: e.Labels, Annotations: e.Annotations}}
+	if e.Deadline != nil {
+		s.Deadline = e.Deadline.Time
+	}
+	if e.ClaimedAt != nil {
+		s.ClaimedAt = e.ClaimedAt.Time
+	}
+	return s
+}

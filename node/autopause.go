@@ -1,0 +1,96 @@
+package node
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/hearthvm/hearth/nodeapi"
+)
+
+// Pause at timeout (nodeapi.OnTimeoutPause): when such a sandbox's lease
+// ends the reaper pauses it instead of destroying it — memory and file
+// system kept, the claim and its record kept, paused — and passes over it
+// while it stays paused past its deadline. A resume of a sandbox whose
+// lease has ended grants it a new default lease, so the reaper does not
+// pause it again at once. The record carries the lifecycle, so all of
+// this survives a node restart.
+
+// checkLifecycle validates a claim's lifecycle.
+func checkLifecycle(l nodeapi.Lifecycle) error {
+	switch l.OnTimeout {
+	case "", nodeapi.OnTimeoutKill, nodeapi.OnTimeoutPause:
+		return nil
+	}
+	return badRequest("on_timeout %.32q is not %q or %q", l.OnTimeout, nodeapi.OnTimeoutKill, nodeapi.OnTimeoutPause)
+}
+
+// setLifecycle records life on sandbox id (a claim from a snapshot, whose
+// clone path records none).
+func (n *Node) setLifecycle(id string, life nodeapi.Lifecycle) (record, error) {
+	var rec record
+	err := n.withSandbox(id, func(sb *sandbox) error {
+		var err error
+		rec, err = n.update(sb, func(r *record) { r.Lifecycle = life })
+		return err
+	})
+	return rec, err
+}
+
+// pausedAtTimeout reports whether the record is a pause-at-timeout sandbox
+// that is paused: its ended lease is not the reaper's business.
+func (r *record) pausedAtTimeout() bool {
+	return r.Paused && r.Lifecycle.OnTimeout == nodeapi.OnTimeoutPause
+}
+
+// resumeLease gives a record being resumed past its deadline a new
+// default lease; call with the record locked for update.
+func (n *Node) resumeLease(r *record) {
+	if !r.Paused && !r.Deadline.After(n.now()) {
+		r.Deadline = n.limits.Deadline(n.now(), 0)
+	}
+}
+
+// pauseAtTimeout handles an expired lease of a pause-at-timeout sandbox:
+// it pauses the sandbox (unless the lease was renewed meanwhile) and
+// reports true; for any other sandbox it does nothing and reports false.
+func (n *Node) pauseAtTimeout(ctx context.Context, id string) bool {
+	sb := n.lookup(id)
+	if sb == nil {
+		return false
+	}
+	n.mu.Lock()
+	life := sb.rec.Lifecycle
+	n.mu.Unlock()
+	if life.OnTimeout != nodeapi.OnTimeoutPause {
+		return false
+	}
+	err := n.withSandbox(id, func(sb *sandbox) error {
+		n.mu.Lock()
+		paused, h, renewed := sb.rec.Paused, sb.rec.Handle, sb.rec.Deadline.After(n.now())
+		n.mu.Unlock()
+		if paused || renewed {
+			return nil
+		}
+		var err error
+		if life.PauseWithoutMemory {
+			h, err = n.driver.Stop(ctx, h)
+		} else {
+			h, err = n.driver.Pause(ctx, h)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := n.update(sb, func(r *record) { r.Handle, r.Paused, r.Stopped = h, true, life.PauseWithoutMemory }); err != nil {
+			return err
+		}
+		n.changed()
+		return nil
+	})
+	switch {
+	case err == nil:
+		n.log.V(1).Info("Lease expired; sandbox paused (on_timeout pause)", "id", id)
+	case statusOf(err) != http.StatusNotFound:
+		n.log.Error(err, "Pausing a sandbox at its timeout", "id", id)
+	}
+	return true
+}

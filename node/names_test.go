@@ -1,0 +1,171 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/hearthvm/hearth/nodeapi"
+)
+
+func TestClaim_ConcurrentClaimsOfOneRefDeliverExactlyOne(t *testing.T) {
+	tn := startNode(t, newFakeDriver(), nil)
+	if _, err := tn.root.PutPools(bg, pools("img", 6)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 6)
+	const racers = 6
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		won, lost int
+	)
+	for i := 0; i < racers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/web"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case nodeapi.StatusOf(err) == 409:
+				lost++
+			default:
+				t.Errorf("claim: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if won != 1 || lost != racers-1 {
+		t.Fatalf("%d claims of one ref won, %d got 409; want exactly one winner", won, lost)
+	}
+	if got, err := tn.root.GetByRef(bg, "ns/web"); err != nil || len(got) != 1 {
+		t.Fatalf("by ref: %v %v", got, err)
+	}
+	// The losers spent no warm VM.
+	info, _ := tn.root.Info(bg)
+	if info.Claimed != 1 {
+		t.Fatalf("claimed = %d, want 1", info.Claimed)
+	}
+	// Once released, the name is free again.
+	got, _ := tn.root.GetByRef(bg, "ns/web")
+	if err := tn.root.Release(bg, got[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/web"}); err != nil {
+		t.Fatalf("claim of a released name: %v", err)
+	}
+}
+
+func TestClaim_RecordsObjectAndLabelsAreMutable(t *testing.T) {
+	drv := newFakeDriver()
+	dir := t.TempDir()
+	cfg := Config{Name: "n1", DataDir: dir, Driver: drv, RootToken: testRoot}
+	a := runNode(t, cfg)
+	if _, err := a.root.PutPools(bg, pools("img", 2)); err != nil {
+		t.Fatal(err)
+	}
+	a.waitWarm(t, "img", 2)
+	obj := nodeapi.Object{Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"note": "x"},
+		Spec: json.RawMessage(`{"podTemplate":{"spec":{"containers":[{"name":"c","image":"img"}]}}}`)}
+	c, err := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/one", Object: obj})
+	if err != nil || c.Labels["team"] != "a" || string(c.Spec) != string(obj.Spec) {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	// Too big: 413, nothing claimed.
+	big := nodeapi.Object{Annotations: map[string]string{"a": strings.Repeat("x", nodeapi.MaxObjectBytes)}}
+	if _, err := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/big", Object: big}); nodeapi.StatusOf(err) != 413 {
+		t.Fatalf("oversized object: %v", err)
+	}
+	if _, err := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/bad", Object: nodeapi.Object{Spec: json.RawMessage(`[1]`)}}); nodeapi.StatusOf(err) != 400 {
+		t.Fatalf("spec not an object: %v", err)
+	}
+
+	up, err := a.root.SetLabels(bg, c.ID, nodeapi.LabelsRequest{Labels: map[string]string{"team": "b"}, Version: c.Version})
+	if err != nil || up.Labels["team"] != "b" || up.Annotations != nil || up.Version != c.Version+1 || string(up.Spec) != string(obj.Spec) {
+		t.Fatalf("set labels: %+v %v", up, err)
+	}
+	if _, err := a.root.SetLabels(bg, c.ID, nodeapi.LabelsRequest{Labels: map[string]string{"team": "c"}, Version: c.Version}); nodeapi.StatusOf(err) != 409 {
+		t.Fatalf("stale version: %v", err)
+	}
+	// The sandbox's own token may set its labels; another's may not.
+	own := nodeapi.NewClient(a.srv.URL, c.Token)
+	if _, err := own.SetLabels(bg, c.ID, nodeapi.LabelsRequest{Labels: map[string]string{"team": "d"}}); err != nil {
+		t.Fatalf("own token: %v", err)
+	}
+	if e := a.Inventory().Entries[0]; e.Labels["team"] != "d" {
+		t.Fatalf("published entry labels %v", e.Labels)
+	}
+	if err := a.root.Pause(bg, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	a.crash()
+	b := runNode(t, cfg)
+	got, err := b.root.Get(bg, c.ID)
+	if err != nil || got.Labels["team"] != "d" || string(got.Spec) != string(obj.Spec) || !got.Paused || got.Version != c.Version+3 {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	if _, err := b.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/one"}); nodeapi.StatusOf(err) != 409 {
+		t.Fatalf("a restarted node forgot the name: %v", err)
+	}
+}
+
+func TestFork_ChildrenGetValidUniqueNames(t *testing.T) {
+	tn := startNode(t, newFakeDriver(), nil)
+	if _, err := tn.root.PutPools(bg, pools("img", 2)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 2)
+	// A user sandbox already holds the name of the first child.
+	if _, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/p-fork-1"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/p", Object: nodeapi.Object{Labels: map[string]string{"team": "a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := tn.root.Fork(bg, p.ID, nodeapi.ForkRequest{Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := tn.root.Fork(bg, p.ID, nodeapi.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range append(first, second...) {
+		got = append(got, c.ClaimRef)
+		_, name, _ := strings.Cut(c.ClaimRef, "/")
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			t.Errorf("child name %q: %v", name, errs)
+		}
+		if c.Labels["team"] != "a" {
+			t.Errorf("child %s lost the parent's labels: %v", name, c.Labels)
+		}
+	}
+	if want := "[ns/p-fork-2 ns/p-fork-3 ns/p-fork-4]"; fmt.Sprint(got) != want {
+		t.Fatalf("children %v, want %s", got, want)
+	}
+	long := strings.Repeat("a", 250)
+	if n := forkName(long, 12); len(n) > 253 || validation.IsDNS1123Subdomain(n) != nil {
+		t.Fatalf("forkName of a long parent: %q", n)
+	}
+	// A snapshot claim may be named, uniquely.
+	snap, err := tn.root.Snapshot(bg, p.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tn.root.ClaimSnapshotAs(bg, snap.ID, nodeapi.SnapshotClaimRequest{ClaimRef: "ns/p"}); nodeapi.StatusOf(err) != 409 {
+		t.Fatalf("snapshot claim of a held name: %v", err)
+	}
+	br, err := tn.root.ClaimSnapshotAs(bg, snap.ID, nodeapi.SnapshotClaimRequest{ClaimRef: "ns/from-snap"})
+	if err != nil || br.ClaimRef != "ns/from-snap" {
+		t.Fatalf("named snapshot claim: %+v %v", br, err)
+	}
+}

@@ -1,0 +1,291 @@
+package nodeapi
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/hearthvm/hearth/pool"
+)
+
+// ClaimRequest is the body of POST /v1/claim.
+type ClaimRequest struct {
+	Template string `json:"template"`
+	Net      string `json:"net,omitempty"`
+	Size     string `json:"size,omitempty"`
+	// TTLSeconds is the asked lease length; 0 asks for the node default.
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	// ClaimRef is "<namespace>/<name>"; lookups by name use it.
+	ClaimRef string `json:"claim_ref,omitempty"`
+	// Env is applied to the guest's process environment (the agent's /init),
+	// and applied again whenever the VM restarts from its files (a resume
+	// after a pause without memory, the restore of a dead agent).
+	Env map[string]string `json:"env,omitempty"`
+	// Metadata is kept with the sandbox and returned by lookups.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Lifecycle is what the lease's end does (default: destroy).
+	Lifecycle
+	// Object is the Kubernetes object's user part, recorded with the
+	// claim (see Object; bounded by MaxObjectBytes).
+	Object
+}
+
+// What a lease's end does to a sandbox (Lifecycle.OnTimeout).
+const (
+	// OnTimeoutKill destroys the sandbox (the default).
+	OnTimeoutKill = "kill"
+	// OnTimeoutPause pauses it, memory and file system kept; it stays
+	// paused, past its deadline, until resumed (which grants a new lease)
+	// or released.
+	OnTimeoutPause = "pause"
+)
+
+// Lifecycle is a sandbox's timeout behaviour, recorded with the claim
+// (surviving node restarts) and returned by lookups.
+type Lifecycle struct {
+	// OnTimeout is OnTimeoutKill (or empty) or OnTimeoutPause.
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// AutoResume asks a gateway to resume the paused sandbox on its next
+	// data-plane request (the node only records it).
+	AutoResume bool `json:"auto_resume,omitempty"`
+	// PauseWithoutMemory makes the timeout's pause a pause without memory
+	// (see PauseRequest).
+	PauseWithoutMemory bool `json:"pause_without_memory,omitempty"`
+}
+
+// PauseRequest is the optional body of POST /v1/sandboxes/{id}/pause.
+type PauseRequest struct {
+	// Memory false pauses without memory: the VM is stopped — its
+	// processes end and its resources are freed — and its file system
+	// kept; a resume restarts it from that file system. Absent or true
+	// keeps memory (processes survive).
+	Memory *bool `json:"memory,omitempty"`
+}
+
+// MaxObjectBytes bounds what a claim records of its Kubernetes object: the
+// JSON encodings of labels, annotations and spec together. A node answers
+// 413 beyond it.
+const MaxObjectBytes = 16 << 10
+
+// MaxManagedFieldsBytes bounds the recorded managed fields; 413 beyond.
+const MaxManagedFieldsBytes = 32 << 10
+
+// Object is the part of a sandbox's Kubernetes object that a read cannot
+// derive from the claim: the user's labels and annotations, the spec and
+// the managed fields of server-side apply. The node records it with the
+// claim (surviving restarts), returns it on every lookup and publishes the
+// labels and annotations in its NodeInventory entry; spec and managed
+// fields are opaque JSON to it.
+type Object struct {
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// Spec is the object's spec (a JSON object).
+	Spec json.RawMessage `json:"spec,omitempty"`
+	// ManagedFields is the object's metadata.managedFields (a JSON array).
+	ManagedFields json.RawMessage `json:"managed_fields,omitempty"`
+}
+
+// Bytes is the length counted against MaxObjectBytes: the JSON encodings of
+// labels and annotations plus the spec.
+func (o *Object) Bytes() int {
+	n := len(o.Spec)
+	for _, m := range []map[string]string{o.Labels, o.Annotations} {
+		if len(m) > 0 {
+			b, _ := json.Marshal(m)
+			n += len(b)
+		}
+	}
+	return n
+}
+
+// LabelsRequest is the body of PUT /v1/sandboxes/{id}/labels: it replaces
+// the recorded labels, annotations and managed fields (absent = none); the
+// spec stays. A non-zero Version must equal the sandbox's current Version
+// or the node answers 409 (optimistic concurrency).
+type LabelsRequest struct {
+	Labels        map[string]string `json:"labels,omitempty"`
+	Annotations   map[string]string `json:"annotations,omitempty"`
+	ManagedFields json.RawMessage   `json:"managed_fields,omitempty"`
+	Version       int64             `json:"version,omitempty"`
+}
+
+// Key is the sandbox's pool key.
+func (r ClaimRequest) Key() pool.Key {
+	return pool.Key{Template: r.Template, Net: r.Net, Size: r.Size}
+}
+
+// Sandbox is the one record of a claimed sandbox: what a claim, a fork
+// child and a snapshot claim deliver, what every lookup returns, what the
+// fleet hands to both API surfaces and what a NodeInventory entry is
+// converted from.
+type Sandbox struct {
+	// ID is the node-local claim id ("sb_…").
+	ID string `json:"id"`
+	// Node is the holding node's name.
+	Node string `json:"node"`
+	// NodeAddr is the holding node daemon's host:port (set by the fleet
+	// to the address it reached the node at).
+	NodeAddr string `json:"node_addr,omitempty"`
+	Template string `json:"template"`
+	Net      string `json:"net"`
+	Size     string `json:"size"`
+	// ClaimRef is "<namespace>/<name>"; empty for a snapshot claim.
+	ClaimRef string `json:"claim_ref,omitempty"`
+	// AgentAddr is the sandbox agent's host:port.
+	AgentAddr string `json:"agent_addr"`
+	// Token is the sandbox's own bearer token: in the answer of the claim
+	// that delivered it and in root lookups by id, never in lists.
+	Token string `json:"token,omitempty"`
+	// Deadline is the end of the sandbox's lease.
+	Deadline  time.Time         `json:"deadline"`
+	ClaimedAt time.Time         `json:"claimed_at"`
+	Paused    bool              `json:"paused"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	// Lifecycle is the claim's timeout behaviour.
+	Lifecycle
+	// Version counts the changes of the record (pause, resume, renew,
+	// labels); PUT .../labels may be made conditional on it.
+	Version int64 `json:"version,omitempty"`
+	// Object is what the claim recorded of its Kubernetes object.
+	Object
+}
+
+// Key is the sandbox's pool key.
+func (s *Sandbox) Key() pool.Key {
+	return pool.Key{Template: s.Template, Net: s.Net, Size: s.Size}
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// PoolSpec is one warm target in PUT /v1/pools.
+type PoolSpec struct {
+	Template string `json:"template"`
+	Net      string `json:"net,omitempty"`
+	Size     string `json:"size,omitempty"`
+	Warm     int32  `json:"warm"`
+}
+
+// PoolsRequest is the body of PUT /v1/pools: the whole set; a pool left out drains.
+type PoolsRequest struct {
+	Pools []PoolSpec `json:"pools"`
+}
+
+// PoolInfo is one pool in /v1/info.
+type PoolInfo struct {
+	Template  string `json:"template"`
+	Net       string `json:"net"`
+	Size      string `json:"size"`
+	Warm      int32  `json:"warm"`
+	Target    int32  `json:"target"`
+	Refilling int32  `json:"refilling"`
+}
+
+// Info is the body of GET /v1/info (and the answer of PUT /v1/pools).
+type Info struct {
+	Node string `json:"node"`
+	// NodeAddr is the node daemon's advertised host:port.
+	NodeAddr string `json:"node_addr"`
+	VMM      string `json:"vmm"`
+	// Accel names the hardware acceleration in use ("kvm", "tcg", "none").
+	Accel   string     `json:"accel,omitempty"`
+	Pools   []PoolInfo `json:"pools"`
+	Claimed int        `json:"claimed"`
+	Paused  int        `json:"paused"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
+type ForkRequest struct {
+	Count      int   `json:"count"`
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+}
+
+// ForkResult lists the children of a fork (all or nothing).
+type ForkResult struct {
+	Children []Sandbox `json:"children"`
+}
+
+// SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshot.
+type SnapshotRequest struct {
+	Name string `json:"name,omitempty"`
+	// Keep keeps the snapshot after its sandbox is released. Unset, a
+	// root caller's snapshot is kept and a sandbox token's is removed
+	// with its sandbox; only root may set it true (403 otherwise).
+	Keep *bool `json:"keep,omitempty"`
+}
+
+// Snapshot describes a snapshot of a sandbox.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name,omitempty"`
+	SandboxID string    `json:"sandbox_id"`
+	Key       pool.Key  `json:"key"`
+	CreatedAt time.Time `json:"created_at"`
+	Node      string    `json:"node,omitempty"`
+	// Namespace is the namespace of the claim the snapshot was taken from
+	// ("default" for a claim without a ref); API surfaces scope by it.
+	Namespace string `json:"namespace,omitempty"`
+	// Kept says the snapshot outlives its sandbox (see SnapshotRequest.Keep
+	// and POST /v1/snapshots/{id}/promote).
+	Kept bool `json:"kept,omitempty"`
+	// Bytes is the snapshot's size on disk.
+	Bytes int64 `json:"bytes,omitempty"`
+}
+
+// SnapshotResult is the answer of POST /v1/sandboxes/{id}/snapshot.
+type SnapshotResult struct {
+	Snapshot Snapshot `json:"snapshot"`
+}
+
+// SnapshotList is the body of GET /v1/snapshots, newest first.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// SnapshotClaimRequest is the body of POST /v1/snapshots/{id}/claim.
+type SnapshotClaimRequest struct {
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	// ClaimRef names the new sandbox "<namespace>/<name>", unique like a
+	// claim's (409 when held); empty leaves it unnamed.
+	ClaimRef string `json:"claim_ref,omitempty"`
+	// Lifecycle is the new sandbox's timeout behaviour, as for a claim.
+	Lifecycle
+}
+
+// RenewRequest is the body of POST /v1/sandboxes/{id}/renew.
+type RenewRequest struct {
+	TTLSeconds int64 `json:"ttl_seconds"`
+}
+
+// RenewResult carries the lease's new deadline.
+type RenewResult struct {
+	Deadline time.Time `json:"deadline"`
+}
+
+// Stats is the body of GET /v1/sandboxes/{id}/stats.
+type Stats struct {
+	ID            string `json:"id"`
+	CPUCount      int    `json:"cpu_count"`
+	MemTotalBytes int64  `json:"mem_total_bytes"`
+	MemUsedBytes  int64  `json:"mem_used_bytes"`
+	// MemUsedMeasured is false when the VM is paused or not measurable.
+	MemUsedMeasured bool `json:"mem_used_measured"`
+	// RSS, private and shared bytes of the VM's process(es), from smaps.
+	RSSBytes     int64     `json:"rss_bytes,omitempty"`
+	PrivateBytes int64     `json:"private_bytes,omitempty"`
+	SharedBytes  int64     `json:"shared_bytes,omitempty"`
+	CPUSeconds   float64   `json:"cpu_seconds,omitempty"`
+	MeasuredAt   time.Time `json:"measured_at"`
+	Paused       bool      `json:"paused"`
+}
+
+// Error is every error body.
+type Error struct {
+	Error string `json:"error"`
+}
+
+// DNSName is a claim id as a DNS-1123 label ("sb_1a2b" → "sb-1a2b"): the
+// name of a sandbox that has no claim ref.
+func DNSName(id string) string { return strings.ReplaceAll(id, "_", "-") }

@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/hearthvm/hearth/e2b"
+	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/fleetview"
+	"github.com/hearthvm/hearth/inventory"
+)
+
+// GatewayOptions are sandbox-e2b's flags: the e2b gateway alone, over the
+// fleet of sandboxd nodes found through their NodeInventory objects.
+type GatewayOptions struct {
+	E2B *e2b.Options
+	// Kubeconfig reaches the cluster holding NodeInventory objects; empty
+	// means in-cluster configuration.
+	Kubeconfig string
+	// SandboxdTokenFile holds the fleet secret (each sandboxd is sent only
+	// its own token derived from it).
+	SandboxdTokenFile string
+}
+
+// NewGatewayOptions returns the defaults.
+func NewGatewayOptions() *GatewayOptions {
+	return &GatewayOptions{E2B: e2b.NewOptions()}
+}
+
+// AddFlags registers the e2b flags, --kubeconfig and --sandboxd-token-file.
+func (o *GatewayOptions) AddFlags(fs *pflag.FlagSet) {
+	o.E2B.AddFlags(fs)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster holding the NodeInventory objects (default: in-cluster)")
+	fs.StringVar(&o.SandboxdTokenFile, "sandboxd-token-file", o.SandboxdTokenFile, "file holding the fleet secret; each sandboxd is sent only its own token derived from it")
+}
+
+// Validate reports flag errors that need no I/O.
+func (o *GatewayOptions) Validate() error { return o.E2B.Validate() }
+
+// RunGateway serves the e2b gateway until ctx ends. It loads the keys
+// before any I/O, binds at once, and answers 503 until its live fleet view
+// (the NodeInventory informer, then the nodes' change streams) has synced.
+func RunGateway(ctx context.Context, o *GatewayOptions) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	cfg, err := o.E2B.Config(nil)
+	if err != nil {
+		return err
+	}
+	var token string
+	if o.SandboxdTokenFile != "" {
+		if token, err = readToken(o.SandboxdTokenFile); err != nil {
+			return fmt.Errorf("--sandboxd-token-file: %w", err)
+		}
+	}
+	rc, err := clusterConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	src, err := inventory.NewSourceForConfig(rc)
+	if err != nil {
+		return err
+	}
+	// As in sandbox-apiserver: the published objects give membership and
+	// the fallback, the nodes' change streams the content (fleetview).
+	live := fleetview.New(src, fleetview.Config{Secret: token})
+	cfg.Fleet = fleet.New(fleet.Config{View: live, Secret: token})
+	h, err := e2b.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.E2B.BindAddress)
+	if err != nil {
+		return err
+	}
+	klog.InfoS("Serving the e2b API", "address", ln.Addr().String())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	synced := &atomic.Bool{}
+	informerDone := make(chan struct{})
+	go func() { defer close(informerDone); runInformer(ctx, live, synced) }()
+	err = e2b.ServeListener(ctx, ln, untilSynced(h, synced))
+	cancel()
+	<-informerDone
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

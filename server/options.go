@@ -1,0 +1,361 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/request/anonymous"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	genericfeatures "k8s.io/apiserver/pkg/features"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hearthvm/hearth/apiserver"
+	sandboxstore "github.com/hearthvm/hearth/apiserver/registry/sandbox"
+	"github.com/hearthvm/hearth/e2b"
+	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/fleetview"
+	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/pool/driver"
+	"github.com/hearthvm/hearth/sandboxclaim"
+	"github.com/hearthvm/hearth/webhook"
+)
+
+// Options are the sandbox-apiserver's flags: the aggregated API server's
+// serving and delegated auth, the cluster and node credentials, and the
+// components composed around the API server (the e2b gateway, the
+// Pod-path webhook, the warm-pool driver). Set Authentication and
+// Authorization to nil to serve without a kube-apiserver: then
+// Authenticator and Authorizer decide (the embedded default's static
+// tokens), or, when those are nil too, nobody is authenticated and
+// everything is allowed — tests and benchmarks only, refused on any
+// address but loopback.
+type Options struct {
+	SecureServing  *genericoptions.SecureServingOptionsWithLoopback
+	Authentication *genericoptions.DelegatingAuthenticationOptions
+	Authorization  *genericoptions.DelegatingAuthorizationOptions
+	// Authenticator and Authorizer, set by an embedder with Authentication
+	// and Authorization nil, authenticate and authorize every request
+	// (the server adds its own loopback client, as system:masters).
+	Authenticator authenticator.Request
+	Authorizer    authorizer.Authorizer
+
+	// Kubeconfig reaches the cluster holding NodeInventory objects (and,
+	// for the warm-pool driver, the pools, templates and its Lease); empty
+	// means in-cluster configuration. Unused when Cluster is set, or when
+	// View is set and the driver is off.
+	Kubeconfig string
+	// Cluster, when set by an embedder, is used instead of Kubeconfig.
+	// sandbox-dev points it at its own API server, which works because
+	// the informer and the driver start only once that server serves.
+	Cluster *rest.Config
+	// SandboxdTokenFile holds the fleet secret (whitespace trimmed). It is
+	// never sent: the fleet and the warm-pool driver send each sandboxd its
+	// own token, nodeapi.NodeToken(secret, node name).
+	SandboxdTokenFile string
+	// SandboxdToken is the fleet secret itself (set by Complete from the
+	// file, or directly by embedders).
+	SandboxdToken string
+	// WatchInterval is the watch re-derive cadence.
+	WatchInterval time.Duration
+
+	// EnablePodRuntimeWebhook serves the Pod-path mutating admission
+	// webhook (package webhook) at webhook.Path.
+	EnablePodRuntimeWebhook bool
+
+	// EnableE2B serves the e2b API (package e2b) beside the Kubernetes API,
+	// over the same fleet, on E2B.BindAddress.
+	EnableE2B bool
+	E2B       *e2b.Options
+	// WarmPool runs the warm-pool driver (SandboxWarmPool → node targets),
+	// leader-elected; it reads the cluster --kubeconfig names.
+	WarmPool *driver.Options
+
+	// View and Fleet, when set by an embedder, replace the NodeInventory
+	// informer and the node fleet built from it. A View set here is taken
+	// as synced.
+	View  inventory.Viewer
+	Fleet fleet.Fleet
+	// Live, set by an embedder with View, is a live fleet view (a
+	// *fleetview.Live, usually also the View) serving the lists and
+	// watches not pinned to a name; without it they read View.
+	Live sandboxstore.LiveSource
+}
+
+// NewOptions returns the defaults: secure port 6443 (a self-signed
+// certificate in memory unless --tls-cert-file is given), delegated
+// authentication and authorization, a 1 s watch interval.
+func NewOptions() *Options {
+	o := &Options{
+		SecureServing:  genericoptions.NewSecureServingOptions().WithLoopback(),
+		Authentication: genericoptions.NewDelegatingAuthenticationOptions(),
+		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
+		WatchInterval:  apiserver.DefaultWatchInterval,
+		E2B:            e2b.NewOptions(),
+		WarmPool:       driver.NewOptions(),
+	}
+	o.SecureServing.BindPort = 6443
+	o.SecureServing.ServerCert.CertDirectory = ""
+	o.SecureServing.ServerCert.PairName = "sandbox-apiserver"
+	o.Authentication.RemoteKubeConfigFileOptional = true
+	o.Authorization.RemoteKubeConfigFileOptional = true
+	return o
+}
+
+// NewStandaloneOptions returns Options that serve without a kube-apiserver:
+// a self-signed in-memory certificate for localhost/127.0.0.1, and
+// Authenticator/Authorizer as the embedder sets them — left nil, anonymous
+// authentication and always-allow authorization, which Config refuses on
+// a non-loopback address. Call ListenOn to pick the
+// address; set View and Fleet (or Cluster and SandboxdToken) before
+// Config. The warm-pool driver is off; an embedder may turn it on.
+func NewStandaloneOptions() *Options {
+	o := NewOptions()
+	o.Authentication, o.Authorization = nil, nil
+	o.WarmPool.Enabled = false
+	return o
+}
+
+// ListenOn binds the secure port now (addr "127.0.0.1:0" picks a free
+// port) and returns the bound address.
+func (o *Options) ListenOn(addr string) (string, error) {
+	ln, port, err := genericoptions.CreateListener("tcp", addr, net.ListenConfig{})
+	if err != nil {
+		return "", err
+	}
+	host, _, _ := net.SplitHostPort(ln.Addr().String())
+	o.SecureServing.Listener, o.SecureServing.BindPort = ln, port
+	o.SecureServing.BindAddress = net.ParseIP(host)
+	return ln.Addr().String(), nil
+}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.SecureServing.AddFlags(fs)
+	if o.Authentication != nil {
+		o.Authentication.AddFlags(fs)
+	}
+	if o.Authorization != nil {
+		o.Authorization.AddFlags(fs)
+	}
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster holding NodeInventory objects (default: in-cluster)")
+	fs.StringVar(&o.SandboxdTokenFile, "sandboxd-token-file", o.SandboxdTokenFile, "file holding the fleet secret; each sandboxd is sent only its own token derived from it (base64url HMAC-SHA256(secret, \"hearth-node:\"+node name)), never the secret")
+	fs.BoolVar(&o.EnablePodRuntimeWebhook, "enable-pod-runtime-webhook", o.EnablePodRuntimeWebhook, "serve the Pod-path mutating admission webhook at "+webhook.Path)
+	fs.BoolVar(&o.EnableE2B, "enable-e2b-api", o.EnableE2B, "also serve the e2b API (and envd data plane) on --e2b-bind-address")
+	o.E2B.AddFlags(fs)
+	o.WarmPool.AddFlags(fs)
+	fs.DurationVar(&o.WatchInterval, "watch-interval", o.WatchInterval, "fixed cadence at which watches re-derive the sandbox view")
+}
+
+// Complete reads the token file.
+func (o *Options) Complete() error {
+	if o.SandboxdTokenFile != "" {
+		tok, err := readToken(o.SandboxdTokenFile)
+		if err != nil {
+			return fmt.Errorf("--sandboxd-token-file: %w", err)
+		}
+		o.SandboxdToken = tok
+	}
+	return nil
+}
+
+// Validate reports every invalid option.
+func (o *Options) Validate() error {
+	var errs []error
+	errs = append(errs, o.SecureServing.Validate()...)
+	if o.Authentication != nil {
+		errs = append(errs, o.Authentication.Validate()...)
+	}
+	if o.Authorization != nil {
+		errs = append(errs, o.Authorization.Validate()...)
+	}
+	if o.WatchInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--watch-interval must be positive, got %s", o.WatchInterval))
+	}
+	if o.EnableE2B {
+		if err := o.E2B.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := o.WarmPool.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.validateAnonymous(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.SandboxdTokenFile != "" && o.SandboxdToken == "" {
+		errs = append(errs, fmt.Errorf("--sandboxd-token-file %s is empty", o.SandboxdTokenFile))
+	}
+	return errors.Join(errs...)
+}
+
+// Config builds the configuration of every component: the aggregated API
+// server (package apiserver) over one fleet and view, and, as enabled, the
+// e2b gateway on the same fleet, the Pod-path webhook on the API server's
+// port and the warm-pool driver. It binds no port but the one ListenOn or
+// the flags name; the e2b port is bound by New.
+func (o *Options) Config() (*Config, error) {
+	if err := o.validateAnonymous(); err != nil {
+		return nil, err
+	}
+	if err := o.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
+		return nil, fmt.Errorf("self-signed certificate: %w", err)
+	}
+	rc := apiserver.NewRecommendedConfig()
+	if err := o.SecureServing.ApplyTo(&rc.SecureServing, &rc.LoopbackClientConfig); err != nil {
+		return nil, err
+	}
+	if o.Authentication != nil {
+		if err := o.Authentication.ApplyTo(&rc.Authentication, rc.SecureServing, rc.OpenAPIConfig); err != nil {
+			return nil, err
+		}
+	} else if o.Authenticator != nil {
+		rc.Authentication.Authenticator = o.Authenticator
+	} else {
+		rc.Authentication.Authenticator = anonymous.NewAuthenticator(nil)
+		if err := allowAnonymousHTTP2(); err != nil {
+			return nil, err
+		}
+	}
+	if o.Authorization != nil {
+		if o.EnablePodRuntimeWebhook {
+			// kube-apiserver calls admission webhooks without credentials.
+			o.Authorization.AlwaysAllowPaths = append(o.Authorization.AlwaysAllowPaths, webhook.Path)
+		}
+		if err := o.Authorization.ApplyTo(&rc.Authorization); err != nil {
+			return nil, err
+		}
+	} else if o.Authorizer != nil {
+		rc.Authorization.Authorizer = o.Authorizer
+	} else {
+		rc.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
+	}
+	cluster := o.Cluster
+	if cluster == nil && (o.View == nil || o.WarmPool.Enabled) {
+		var err error
+		if cluster, err = clusterConfig(o.Kubeconfig); err != nil {
+			return nil, err
+		}
+	}
+	c := &Config{}
+	view := o.View
+	var live *fleetview.Live
+	if view == nil {
+		src, err := inventory.NewSourceForConfig(cluster)
+		if err != nil {
+			return nil, err
+		}
+		// The published objects give membership and the fallback; the
+		// nodes' change streams keep the view live (package fleetview).
+		live = fleetview.New(src, fleetview.Config{Secret: o.SandboxdToken})
+		view, c.Inventory = live, live
+	}
+	fl := o.Fleet
+	if fl == nil {
+		fl = fleet.New(fleet.Config{View: view, Secret: o.SandboxdToken})
+	}
+	c.APIServer = &apiserver.Config{GenericConfig: rc, ExtraConfig: apiserver.ExtraConfig{Fleet: fl, View: view, WatchInterval: o.WatchInterval}}
+	switch {
+	case live != nil:
+		c.APIServer.ExtraConfig.Live = live
+	case o.Live != nil:
+		c.APIServer.ExtraConfig.Live = o.Live
+	}
+	if o.EnablePodRuntimeWebhook {
+		c.APIServer.ExtraConfig.Handlers = map[string]http.Handler{webhook.Path: webhook.Handler()}
+	}
+	if o.EnableE2B {
+		ecfg, err := o.E2B.Config(fl)
+		if err != nil {
+			return nil, err
+		}
+		ecfg.Authorizer = apiAuthorizer{authn: rc.Authentication.Authenticator, authz: rc.Authorization.Authorizer}
+		c.E2B, c.E2BBindAddress = &ecfg, o.E2B.BindAddress
+	}
+	if o.WarmPool.Enabled {
+		dc := o.WarmPool.Config(cluster, o.SandboxdToken)
+		c.WarmPool = &dc
+		// The SandboxClaim controller runs with the warm-pool driver, under
+		// its own Lease in the same namespace.
+		ctl, err := sandboxclaim.New(sandboxclaim.Config{REST: cluster, Fleet: fl, Elect: true, LeaseNamespace: o.WarmPool.LeaseNamespace})
+		if err != nil {
+			return nil, err
+		}
+		c.Controllers = map[string]Controller{"sandboxclaim-controller": ctl}
+	}
+	return c, nil
+}
+
+// anonymous reports whether the server would authenticate nobody or
+// allow everything.
+func (o *Options) anonymous() bool {
+	return (o.Authentication == nil && o.Authenticator == nil) || (o.Authorization == nil && o.Authorizer == nil)
+}
+
+// validateAnonymous refuses to serve anonymously (or always-allow) on
+// anything but loopback.
+func (o *Options) validateAnonymous() error {
+	if !o.anonymous() {
+		return nil
+	}
+	ip := o.SecureServing.BindAddress
+	if ln := o.SecureServing.Listener; ln != nil {
+		if a, ok := ln.Addr().(*net.TCPAddr); ok {
+			ip = a.IP
+		}
+	}
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("refusing to serve without authentication or authorization on %v: only loopback may be anonymous", ip)
+	}
+	return nil
+}
+
+// clusterConfig reaches the cluster through kubeconfig, or in-cluster
+// configuration when it is empty.
+func clusterConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+	}
+	return cfg, nil
+}
+
+// readToken reads a token file, whitespace trimmed.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// allowAnonymousHTTP2 turns off the generic server's mitigation that limits
+// an unauthenticated HTTP/2 connection to one request. Without a
+// kube-apiserver every caller is anonymous, so the mitigation would cost
+// every request a new connection and TLS handshake (measured: ~2.5 ms of
+// CPU per Create, 300 connections for 300 Creates; bench/hearthbench
+// apiclaim). The feature gate is process-wide: use this mode only for the
+// embedded default and tests, never next to a server exposed to untrusted
+// clients.
+func allowAnonymousHTTP2() error {
+	return utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{
+		string(genericfeatures.UnauthenticatedHTTP2DOSMitigation): false,
+	})
+}

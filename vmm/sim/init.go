@@ -1,0 +1,286 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// initArg0 is argv[0] of the re-executed driver binary that becomes a VM's
+// pid 1 (see doc.go). Any binary that links this package can serve as it.
+const initArg0 = "hearth-sim-init"
+
+// In-VM paths.
+const (
+	guestHearthDir = "/.hearth"
+	guestTokenFile = guestHearthDir + "/token"
+	guestHome      = "/home/user"
+	// guestAgentDir holds the agent executable: the overlay's top lower
+	// layer, read-only and owned by an id the guest does not map.
+	guestAgentDir = "/.hearth-agent"
+	// AgentPort is the port the agent serves on inside every VM's network
+	// namespace (the envd port).
+	AgentPort = 49983
+	// logCap bounds how much agent output the init copies into agent.log.
+	logCap = 4 << 20
+)
+
+// initConfig is what the driver hands the init on fd 3, once the init is in
+// the VM's cgroup. It carries the token, so it never appears in argv or env.
+type initConfig struct {
+	Rootfs    string   `json:"rootfs"`     // host path of the mounted overlay
+	Agent     string   `json:"agent"`      // guest path of the agent executable
+	AgentArgs []string `json:"agent_args"` // argv after the executable
+	Env       []string `json:"env"`
+	Token     string   `json:"token"`
+	Hostname  string   `json:"hostname"`
+	// ResolvConf, when set, is a guest path bound read-only over
+	// /etc/resolv.conf (the egress lane's DNS, slirp's 10.0.2.3).
+	ResolvConf string `json:"resolv_conf,omitempty"`
+	UIDBase    int    `json:"uid_base"`
+	UIDSize    int    `json:"uid_size"`
+}
+
+func init() {
+	if len(os.Args) == 0 {
+		return
+	}
+	if os.Args[0] == initArg0 {
+		if err := runInit(); err != nil {
+			fmt.Fprintln(os.Stderr, "hearth-sim-init:", err)
+			os.Exit(111)
+		}
+		os.Exit(0)
+	}
+}
+
+// runInit is a VM's pid 1. It starts as host root in the VM's fresh mount,
+// pid and uts namespaces (and the VM's network namespace), builds the guest's
+// root (proc, a minimal /dev, /.hearth with the token and the agent), pivots
+// into it, starts the agent in a new user namespace (root there is the host
+// uid UIDBase), drops its privileges and reaps children until the agent exits.
+func runInit() error {
+	// No descriptor the driver inherited from its own parent may reach the
+	// guest: everything past stdio is close-on-exec from here on. (fd 4 is
+	// the write end of the VM's life pipe, kept for the init's lifetime.)
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			return fmt.Errorf("marking descriptors close-on-exec: %w", err)
+		}
+		for _, e := range ents {
+			if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+				syscall.CloseOnExec(fd)
+			}
+		}
+	}
+	cf := os.NewFile(3, "config")
+	var c initConfig
+	err := json.NewDecoder(cf).Decode(&c)
+	cf.Close()
+	if err != nil {
+		return fmt.Errorf("reading config (the driver went away?): %w", err)
+	}
+	if err := setupRoot(c); err != nil {
+		return err
+	}
+	if c.ResolvConf != "" {
+		if err := bindResolvConf(c.ResolvConf); err != nil {
+			return err
+		}
+	}
+	if err := unix.Sethostname([]byte(c.Hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	name := filepath.Base(c.Agent)
+	cmd := &exec.Cmd{
+		Path:   c.Agent,
+		Args:   append([]string{name}, c.AgentArgs...),
+		Env:    c.Env,
+		Dir:    "/",
+		Stdout: pw,
+		Stderr: pw,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWCGROUP,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: c.UIDBase, Size: c.UIDSize}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: c.UIDBase, Size: c.UIDSize}},
+			GidMappingsEnableSetgroups: true,
+			// Become the namespace's root (host uid UIDBase); without it the
+			// agent would keep the host's root uid, unmapped in there.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+			Setsid:     true,
+			Pdeathsig:  syscall.SIGKILL,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting agent: %w", err)
+	}
+	pw.Close()
+
+	go func() { // agent output → agent.log, capped; the rest is drained
+		_, _ = io.Copy(os.Stdout, io.LimitReader(pr, logCap))
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	// Nothing below needs privilege: become, for good, the host uid just
+	// past the guests' range (no host account, no guest id), with no
+	// capabilities. The guest cannot signal or ptrace it.
+	_ = unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+	id := c.UIDBase + c.UIDSize
+	if err := syscall.Setgroups(nil); err != nil {
+		return err
+	}
+	if err := syscall.Setresgid(id, id, id); err != nil {
+		return err
+	}
+	if err := syscall.Setresuid(id, id, id); err != nil {
+		return err
+	}
+	agentPid := cmd.Process.Pid
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("wait: %w", err)
+		}
+		if pid == agentPid {
+			fmt.Fprintln(os.Stderr, "hearth-sim-init: agent exited:", ws)
+			if ws.Exited() {
+				os.Exit(ws.ExitStatus())
+			}
+			os.Exit(128 + int(ws.Signal()))
+		}
+	}
+}
+
+// setupRoot mounts the guest's file systems under c.Rootfs and pivots into it.
+func setupRoot(c initConfig) error {
+	must := func(what string, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	if err := must("making / private", unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")); err != nil {
+		return err
+	}
+	root := c.Rootfs
+	if err := must("bind root", unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, "")); err != nil {
+		return err
+	}
+	at := func(p string) string { return filepath.Join(root, p) }
+	mkdir := func(p string, mode os.FileMode) { _ = os.MkdirAll(at(p), mode) }
+	// The guest controls its root's entries (its writable layer persists):
+	// a mount point that is a symlink would make this host-root process
+	// mount or create directories at a host path. Mount points at the top
+	// level are replaced by fresh directories unless they are real ones;
+	// everything deeper is created inside tmpfs mounted here.
+	for _, top := range []string{"proc", "dev", guestHearthDir[1:]} {
+		st, err := os.Lstat(at(top))
+		if err == nil && st.IsDir() {
+			continue
+		}
+		if err == nil {
+			if err := os.RemoveAll(at(top)); err != nil {
+				return err
+			}
+		}
+		if err := os.Mkdir(at(top), 0o755); err != nil {
+			return err
+		}
+	}
+
+	mkdir("proc", 0o555)
+	if err := must("mount /proc", unix.Mount("proc", at("proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")); err != nil {
+		return err
+	}
+	mkdir("dev", 0o755)
+	if err := must("mount /dev", unix.Mount("tmpfs", at("dev"), "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=1m")); err != nil {
+		return err
+	}
+	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		f, err := os.OpenFile(at("dev/"+n), os.O_CREATE|os.O_WRONLY, 0o666)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := must("bind /dev/"+n, unix.Mount("/dev/"+n, at("dev/"+n), "", unix.MS_BIND, "")); err != nil {
+			return err
+		}
+	}
+	mkdir("dev/pts", 0o755)
+	if err := must("mount devpts", unix.Mount("devpts", at("dev/pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")); err != nil {
+		return err
+	}
+	mkdir("dev/shm", 0o1777)
+	if err := must("mount /dev/shm", unix.Mount("tmpfs", at("dev/shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=64m")); err != nil {
+		return err
+	}
+	for link, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		_ = os.Symlink(target, at("dev/"+link))
+	}
+
+	// /.hearth: tmpfs owned by the guest's root, 0700, holding the token
+	// (0600). The agent executable comes with the overlay (/.hearth-agent).
+	mkdir(guestHearthDir, 0o700)
+	opts := fmt.Sprintf("mode=0700,uid=%d,gid=%d,size=1m", c.UIDBase, c.UIDBase)
+	if err := must("mount /.hearth", unix.Mount("tmpfs", at(guestHearthDir), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)); err != nil {
+		return err
+	}
+	tok := at(guestTokenFile)
+	if err := os.WriteFile(tok, []byte(c.Token), 0o600); err != nil {
+		return err
+	}
+	if err := os.Chown(tok, c.UIDBase, c.UIDBase); err != nil {
+		return err
+	}
+
+	if err := os.Chdir(root); err != nil {
+		return err
+	}
+	if err := must("pivot_root", unix.PivotRoot(".", ".")); err != nil {
+		return err
+	}
+	if err := must("detaching the host root", unix.Unmount(".", unix.MNT_DETACH)); err != nil {
+		return err
+	}
+	return os.Chdir("/")
+}
+
+// bindResolvConf binds src over /etc/resolv.conf, after pivot_root (every
+// path is the guest's). Only a real /etc and a regular (or missing)
+// resolv.conf are touched: a guest-made symlink is left alone.
+func bindResolvConf(src string) error {
+	if st, err := os.Lstat("/etc"); err != nil || !st.IsDir() {
+		return nil
+	}
+	const dst = "/etc/resolv.conf"
+	st, err := os.Lstat(dst)
+	switch {
+	case os.IsNotExist(err):
+		fd, err := unix.Open(dst, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return nil
+		}
+		unix.Close(fd)
+	case err != nil || !st.Mode().IsRegular():
+		return nil
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", dst, err)
+	}
+	return unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+}
