@@ -2,18 +2,26 @@
 # Builds helm (helm.sh/helm/v3, pinned below) from the Go module proxy for
 # hack/test.d/40-helm.sh, which lints and renders deploy/helm/hearth. Debian
 # packages no helm, and nothing else may be downloaded here, so it is
-# `go install` of upstream's cmd/helm at a pinned tag. The binary lands in
-# e2e/.cache/bin/ (gitignored) next to kube-apiserver and etcd, and is
-# rebuilt only when missing or its version stamp differs from the pin.
+# `go install` of upstream's cmd/helm at a pinned tag. The binary is built
+# into the machine's cache ($HEARTH_TOOLS_CACHE, default ~/.cache/hearth/bin)
+# and linked into e2e/.cache/bin/ (gitignored) next to kube-apiserver and
+# etcd; it is rebuilt only when missing or its stamp differs from the pin.
 # Cold build: ~3-5 min of CPU on 2 cores (mostly the k8s client libraries;
 # shared with the kube-apiserver build's module cache); warm: instant.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HELM_VERSION=v3.22.0
 BIN=${HEARTH_E2E_BIN:-$PWD/e2e/.cache/bin}
-mkdir -p "$BIN"
-if [ -x "$BIN/helm" ] && [ "$(cat "$BIN/helm.version" 2>/dev/null)" = "$HELM_VERSION" ]; then
-  echo "helm $HELM_VERSION cached in $BIN"
+CACHE=${HEARTH_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hearth/bin}
+mkdir -p "$BIN" "$CACHE"
+link() {
+  [ "$BIN" = "$CACHE" ] && return 0
+  ln -sfn "$CACHE/helm" "$BIN/helm"
+  cp "$CACHE/helm.version" "$BIN/helm.version"
+}
+if [ -x "$CACHE/helm" ] && [ "$(cat "$CACHE/helm.version" 2>/dev/null)" = "$HELM_VERSION" ]; then
+  echo "helm $HELM_VERSION cached in $CACHE"
+  link
   exit 0
 fi
 echo "building helm $HELM_VERSION ..."
@@ -24,6 +32,7 @@ trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && GOWORK=off GOFLAGS= GOBIN="$tmp/bin" \
   go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
   "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
-mv "$tmp/bin/helm" "$BIN/helm"
-echo "$HELM_VERSION" > "$BIN/helm.version"
+mv "$tmp/bin/helm" "$CACHE/helm"
+echo "$HELM_VERSION" > "$CACHE/helm.version"
+link
 "$BIN/helm" version --short
