@@ -82,6 +82,9 @@ type Options struct {
 	DefaultPool bool
 	// E2BBindAddress is the e2b gateway's listen address; empty disables it.
 	E2BBindAddress string
+	// E2BDomain is the gateway's sandbox domain: "<port>-<sandboxId>.<domain>"
+	// reaches that port of that sandbox (e2b.Options.Domain).
+	E2BDomain string
 	// WarmPoolSyncInterval is the driver's cadence.
 	WarmPoolSyncInterval time.Duration
 	// PublishInterval is each node's inventory publish cadence.
@@ -155,6 +158,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.VMM, "vmm", o.VMM, "VMM backend of the nodes: sim (no KVM needed), qemu, firecracker, cloudhypervisor")
 	fs.BoolVar(&o.DefaultPool, "default-pool", o.DefaultPool, "apply examples/l3 (SandboxTemplate and SandboxWarmPool rt) at startup")
 	fs.StringVar(&o.E2BBindAddress, "e2b-bind-address", o.E2BBindAddress, "address of the e2b gateway (empty disables it)")
+	fs.StringVar(&o.E2BDomain, "e2b-domain", o.E2BDomain, "the e2b gateway's sandbox domain: <port>-<sandboxId>.<domain> (pointed at the gateway) reaches any port of a sandbox")
 	fs.DurationVar(&o.WarmPoolSyncInterval, "warm-pool-sync-interval", o.WarmPoolSyncInterval, "warm-pool driver cadence (targets and status)")
 	fs.DurationVar(&o.PublishInterval, "inventory-interval", o.PublishInterval, "node inventory publish cadence")
 	fs.IntVar(&o.EtcdPort, "etcd-port", o.EtcdPort, "embedded etcd client port on 127.0.0.1 (0 picks one); TLS, client certificates in <data-dir>/etcd-pki only")
@@ -284,6 +288,7 @@ func Run(ctx context.Context, o *Options) (err error) {
 		sopts.EnableE2B = true
 		sopts.E2B.BindAddress = o.E2BBindAddress
 		sopts.E2B.APIKeyFile = keyFile
+		sopts.E2B.Domain = o.E2BDomain
 	}
 	cfg, err := sopts.Config()
 	if err != nil {

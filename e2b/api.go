@@ -30,6 +30,9 @@ import (
 type Fleet interface {
 	Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandbox, error)
 	LiveByID(ctx context.Context, id string) (nodeapi.Sandbox, error)
+	// KnownByID finds id through the fleet's index or view and asks only
+	// the node they name (never a fan-out); ErrNotFound otherwise.
+	KnownByID(ctx context.Context, id string) (nodeapi.Sandbox, error)
 	List(ctx context.Context) ([]nodeapi.Sandbox, error)
 	Pools(ctx context.Context) ([]nodeapi.PoolInfo, error)
 	Release(ctx context.Context, s nodeapi.Sandbox) error
@@ -177,6 +180,27 @@ func (g *gateway) unmiss(s nodeapi.Sandbox) {
 	delete(g.misses, s.ID)
 	delete(g.misses, RenderID(s.ID))
 	g.mu.Unlock()
+}
+
+// lookupKnown is lookup for a caller that presented no credential: each
+// spelling of given is asked of the node the fleet's index or view names,
+// never of every node (Fleet.KnownByID).
+func (g *gateway) lookupKnown(ctx context.Context, given string) (nodeapi.Sandbox, error) {
+	given = strings.TrimSpace(given)
+	if given == "" || len(given) > maxIDLen || g.missed(given) {
+		return nodeapi.Sandbox{}, fleet.ErrNotFound
+	}
+	for _, c := range idCandidates(given) {
+		s, err := g.fleet.KnownByID(ctx, c)
+		if err == nil && MatchID(s.ID, given) && g.inNamespace(s) {
+			return s, nil
+		}
+		if err != nil && !errors.Is(err, fleet.ErrNotFound) {
+			return nodeapi.Sandbox{}, err
+		}
+	}
+	g.miss(given)
+	return nodeapi.Sandbox{}, fleet.ErrNotFound
 }
 
 func (g *gateway) lookupFleet(ctx context.Context, given string) (nodeapi.Sandbox, error) {
@@ -343,6 +367,12 @@ type createRequest struct {
 	AutoResume *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
+	// Network.AllowPublicTraffic false opens the sandbox's ports (other
+	// than envd's) only to its traffic access token; absent or true, they
+	// are public, as on e2b.
+	Network *struct {
+		AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+	} `json:"network"`
 }
 
 // lifecycleOf is the node lifecycle a create asks for.
@@ -362,6 +392,9 @@ func lifecycleOf(req createRequest) (nodeapi.Lifecycle, error) {
 			return l, errors.New("autoResume cannot be enabled with autoPauseMemory false: a pause without memory is resumed by connect")
 		}
 		l.AutoResume = true
+	}
+	if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
+		l.PrivateTraffic = true
 	}
 	return l, nil
 }

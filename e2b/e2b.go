@@ -55,6 +55,7 @@ package e2b
 import (
 	"bufio"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,6 +106,10 @@ type Config struct {
 	// when no node serves a pool of that name (default: DefaultAliases).
 	// A nil map is the default; an empty one has no aliases.
 	TemplateAliases map[string]string
+	// TLS, when set, serves the gateway over TLS (Listen): a wildcard
+	// certificate for *.Domain and Domain serves the control plane and
+	// every host-routed sandbox port. Nil serves plain HTTP.
+	TLS *tls.Config
 }
 
 // CodeInterpreterTemplate is the template @e2b/code-interpreter's
@@ -202,6 +207,9 @@ type Options struct {
 	APIKeyFile     string
 	Domain         string
 	AllowAnonymous bool
+	// TLSCertFile and TLSKeyFile are a PEM certificate (a wildcard for
+	// *.Domain, with Domain itself) and its key; both or neither.
+	TLSCertFile, TLSKeyFile string
 	// TemplateAliases is Config.TemplateAliases.
 	TemplateAliases map[string]string
 }
@@ -220,6 +228,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.APIKeyFile, "e2b-api-key-file", o.APIKeyFile, "file of accepted e2b API keys, one a line, '#' comments")
 	fs.StringVar(&o.Domain, "e2b-domain", o.Domain, "domain echoed to e2b clients as the sandbox domain")
 	fs.BoolVar(&o.AllowAnonymous, "e2b-allow-anonymous", o.AllowAnonymous, "serve the e2b API without API keys")
+	fs.StringVar(&o.TLSCertFile, "e2b-tls-cert-file", o.TLSCertFile, "PEM certificate the gateway serves TLS with (a wildcard for *.<e2b-domain> and <e2b-domain>); without it the gateway serves plain HTTP, meant for loopback or behind a TLS-terminating proxy")
+	fs.StringVar(&o.TLSKeyFile, "e2b-tls-key-file", o.TLSKeyFile, "PEM private key of --e2b-tls-cert-file")
 	fs.StringToStringVar(&o.TemplateAliases, "e2b-template-alias", o.TemplateAliases, "templateID=template pairs: a create for templateID claims template unless a pool of templateID exists")
 }
 
@@ -227,6 +237,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // it fails like New when there would be no keys.
 func (o *Options) Config(fleet Fleet) (Config, error) {
 	cfg := Config{Fleet: fleet, Namespace: o.Namespace, Domain: o.Domain, AllowAnonymous: o.AllowAnonymous, TemplateAliases: o.TemplateAliases}
+	if o.TLSCertFile != "" {
+		pair, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--e2b-tls-cert-file/--e2b-tls-key-file: %w", err)
+		}
+		cfg.TLS = ServerTLS(pair)
+	}
 	if o.APIKeyFile != "" {
 		keys, err := LoadKeys(o.APIKeyFile)
 		if err != nil {
@@ -275,7 +292,7 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Header.Get("E2b-Sandbox-Id") != "" {
 		if !wellFormedToken(r.Header.Get("X-Access-Token")) && !wellFormedToken(r.Header.Get(TrafficTokenHeader)) &&
-			!g.keyed(r) && !agent.HasFileSignature(r) {
+			!g.keyed(r) && !agent.HasFileSignature(r) && !publicPortRequest(r) {
 			writeError(w, http.StatusUnauthorized, "missing or invalid X-Access-Token")
 			return
 		}

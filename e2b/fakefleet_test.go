@@ -145,6 +145,11 @@ func (f *fakeFleet) LiveByID(ctx context.Context, id string) (nodeapi.Sandbox, e
 	return s.loc, nil
 }
 
+// KnownByID is LiveByID: the fake has one node (counted in lookups too).
+func (f *fakeFleet) KnownByID(ctx context.Context, id string) (nodeapi.Sandbox, error) {
+	return f.LiveByID(ctx, id)
+}
+
 // List is every sandbox, without tokens.
 func (f *fakeFleet) List(ctx context.Context) ([]nodeapi.Sandbox, error) {
 	f.mu.Lock()

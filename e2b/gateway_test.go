@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hearthvm/hearth/agent"
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
@@ -369,12 +370,60 @@ func TestDataPlane_HostRoutingReachesAnyPort(t *testing.T) {
 	status, body := get(port+"-"+s.SandboxID+".gw.local", *s.EnvdAccessToken)
 	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, "web /page", body)
+	// The agent's own ports need a token: refused before any lookup.
 	n := g.f.lookupCount()
-	status, _ = get(port+"-"+s.SandboxID+".gw.local", "")
-	require.Equal(t, http.StatusUnauthorized, status)
+	for _, p := range []string{"49983", strconv.Itoa(agent.InterpreterPort)} {
+		status, _ = get(p+"-"+s.SandboxID+".gw.local", "")
+		require.Equal(t, http.StatusUnauthorized, status, p)
+	}
 	require.Equal(t, n, g.f.lookupCount(), "no lookup without a token")
+	// Any other port is public by default, as on e2b: what the sandbox
+	// listens on answers its URL with no token.
+	status, body = get(port+"-"+s.SandboxID+".gw.local", "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, "web /page", body)
 	status, _ = get("api.gw.local", *s.EnvdAccessToken) // the control plane: no API key
 	require.Equal(t, http.StatusUnauthorized, status)
+}
+
+// A sandbox created with network.allowPublicTraffic false opens its ports
+// only to its traffic access token (or its own token); a fork child of it
+// stays private.
+func TestDataPlane_PrivateTrafficNeedsTheTrafficToken(t *testing.T) {
+	g := startGateway(t) // domain gw.local
+	s := g.create(map[string]any{"templateID": "rt", "network": map[string]any{"allowPublicTraffic": false}})
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "web "+r.URL.Path)
+	}))
+	defer web.Close()
+	port := strconv.Itoa(web.Listener.Addr().(*net.TCPAddr).Port)
+	get := func(hdr map[string]string) (int, string) {
+		req, _ := http.NewRequest("GET", g.url+"/page", nil)
+		req.Host = port + "-" + s.SandboxID + ".gw.local"
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	status, body := get(nil)
+	requireJSONError(t, http.StatusUnauthorized, status, []byte(body))
+	status, body = get(map[string]string{TrafficTokenHeader: *s.TrafficAccessToken})
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, "web /page", body)
+	status, body = get(map[string]string{"X-Access-Token": *s.EnvdAccessToken})
+	require.Equal(t, http.StatusOK, status, body)
+
+	// Unknown sandbox on a public port: not found, not served.
+	req, _ := http.NewRequest("GET", g.url+"/page", nil)
+	req.Host = port + "-sb-00000000deadbeef.gw.local"
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
 }
 
 func TestCreate_NoCapacityForAServedTemplateListsNoSnapshots(t *testing.T) {

@@ -36,7 +36,11 @@ const routeTTL = 2 * time.Second
 
 type route struct {
 	id, addr, token string
-	exp             time.Time
+	// private: the sandbox's ports answer only its tokens (created with
+	// network.allowPublicTraffic false); else ports other than envd's and
+	// the code interpreter's are public, as on e2b.
+	private bool
+	exp     time.Time
 }
 
 type routeKey struct{}
@@ -51,8 +55,10 @@ func (g *gateway) dropRoute(rawID string) {
 	g.mu.Unlock()
 }
 
-// route resolves a client sandbox id to its agent.
-func (g *gateway) route(ctx context.Context, given string) (route, error) {
+// route resolves a client sandbox id to its agent. anonymous (a request
+// with no credential, to a public port) resolves through lookupKnown: at
+// most one node call, never a fan-out.
+func (g *gateway) route(ctx context.Context, given string, anonymous bool) (route, error) {
 	now := g.now()
 	g.mu.Lock()
 	rt, ok := g.routes[given]
@@ -60,7 +66,11 @@ func (g *gateway) route(ctx context.Context, given string) (route, error) {
 	if ok && now.Before(rt.exp) {
 		return rt, nil
 	}
-	s, err := g.lookup(ctx, given)
+	lookup := g.lookup
+	if anonymous {
+		lookup = g.lookupKnown
+	}
+	s, err := lookup(ctx, given)
 	if err != nil {
 		return route{}, err
 	}
@@ -79,7 +89,7 @@ func (g *gateway) route(ctx context.Context, given string) (route, error) {
 	if s.AgentAddr == "" {
 		return route{}, errors.New("the sandbox has no agent address")
 	}
-	rt = route{id: s.ID, addr: s.AgentAddr, token: s.Token, exp: now.Add(routeTTL)}
+	rt = route{id: s.ID, addr: s.AgentAddr, token: s.Token, private: s.PrivateTraffic, exp: now.Add(routeTTL)}
 	g.mu.Lock()
 	g.routes[given] = rt
 	if len(g.routes) > 100000 { // bound the cache; entries are cheap to rebuild
@@ -102,7 +112,11 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "sandbox %q: %v", id, err)
 		return
 	}
-	rt, err := g.route(r.Context(), id)
+	// Never skipped: a sandbox whose record carries no token is refused,
+	// not served open.
+	tok, traffic := r.Header.Get("X-Access-Token"), r.Header.Get(TrafficTokenHeader)
+	anonymous := tok == "" && traffic == "" && !agent.HasFileSignature(r)
+	rt, err := g.route(r.Context(), id, anonymous)
 	if err != nil {
 		if errors.Is(err, fleet.ErrNotFound) {
 			writeError(w, http.StatusBadGateway, "sandbox %q not found", id)
@@ -111,9 +125,6 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, "sandbox %q: %v", id, err)
 		return
 	}
-	// Never skipped: a sandbox whose record carries no token is refused,
-	// not served open.
-	tok, traffic := r.Header.Get("X-Access-Token"), r.Header.Get(TrafficTokenHeader)
 	r.Header.Del(TrafficTokenHeader) // never passed on
 	if tok == "" && traffic != "" && port != EnvdPort {
 		// The traffic access token (TrafficToken) opens the sandbox's
@@ -134,6 +145,11 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 			writeError(w, status, "sandbox %q: %v", id, err)
 			return
 		}
+	} else if anonymous && publicPort(port) && !rt.private && rt.token != "" {
+		// A public port (e2b's default, allowPublicTraffic): what the
+		// sandbox's own code listens on answers anyone holding its URL;
+		// the agent's forward gets the sandbox token, never passed on.
+		r.Header.Set("X-Access-Token", rt.token)
 	} else if rt.token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(rt.token)) != 1 {
 		writeError(w, http.StatusUnauthorized, "missing or invalid X-Access-Token for sandbox %q", id)
 		return
@@ -154,6 +170,20 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 	// full-duplex body drained by net/http after the handler races with the
 	// next request on the connection.
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+}
+
+// publicPort reports whether port may be public: every port but the
+// agent's own services (envd's and the code interpreter's), which always
+// need the sandbox's token.
+func publicPort(port int) bool {
+	return port != EnvdPort && port != agent.InterpreterPort
+}
+
+// publicPortRequest reports whether r names a port that may be public
+// (publicPort); whether it is, the sandbox's record decides (route.private).
+func publicPortRequest(r *http.Request) bool {
+	p, err := sandboxPort(r.Header.Get("E2b-Sandbox-Port"))
+	return err == nil && publicPort(p)
 }
 
 // sandboxPort parses E2b-Sandbox-Port: empty is envd's port.

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -11,7 +12,8 @@ import (
 )
 
 // Validate reports flag errors that need no I/O: no key file and no
-// --e2b-allow-anonymous is ErrNoKeys.
+// --e2b-allow-anonymous is ErrNoKeys; a TLS certificate without its key (or
+// the reverse) is an error.
 func (o *Options) Validate() error {
 	if o.APIKeyFile == "" && !o.AllowAnonymous {
 		return ErrNoKeys
@@ -19,7 +21,30 @@ func (o *Options) Validate() error {
 	if o.BindAddress == "" {
 		return errors.New("--e2b-bind-address is required")
 	}
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		return errors.New("--e2b-tls-cert-file and --e2b-tls-key-file go together")
+	}
 	return nil
+}
+
+// ServerTLS is the gateway's TLS configuration for one certificate:
+// TLS 1.2 or later, HTTP/1.1 (the data plane proxies HTTP/1.1 and
+// WebSocket upgrades).
+func ServerTLS(cert tls.Certificate) *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+}
+
+// Listen opens the gateway's listener on addr: TLS when cfg.TLS is set,
+// else plain TCP.
+func Listen(addr string, cfg *tls.Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
+	}
+	return ln, nil
 }
 
 // Serve serves h on addr until ctx ends, then shuts down gracefully (10 s).

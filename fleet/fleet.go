@@ -62,6 +62,9 @@ type Fleet interface {
 	LiveByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error)
 	// LiveByID asks the nodes only, ignoring the published view.
 	LiveByID(ctx context.Context, id string) (nodeapi.Sandbox, error)
+	// KnownByID asks only the node the claim-time index or the view names
+	// for id: at most one node call, never a fan-out.
+	KnownByID(ctx context.Context, id string) (nodeapi.Sandbox, error)
 	// Held reports the live sandbox the claim-time index or the view names
 	// for ref, verified with its one node; it never asks every node.
 	Held(ctx context.Context, ref string) (nodeapi.Sandbox, bool)

@@ -315,6 +315,27 @@ func (f *NodeFleet) LiveByID(ctx context.Context, id string) (nodeapi.Sandbox, e
 	return f.askAll(ctx, id, false)
 }
 
+// KnownByID asks the node that the claim-time index, else the view, names
+// for sandbox id, and only that node: at most one node call, never a
+// fan-out, so an unauthenticated caller naming random ids costs no node
+// anything (the e2b gateway's public ports). ErrNotFound when neither
+// knows id or that node no longer holds it.
+func (f *NodeFleet) KnownByID(ctx context.Context, id string) (nodeapi.Sandbox, error) {
+	if s, ok := f.askIndexed(ctx, id, false); ok {
+		return s, nil
+	}
+	it, ok := f.find(id, false)
+	if !ok || it.Node.Address == "" {
+		return nodeapi.Sandbox{}, ErrNotFound
+	}
+	s, err := f.ask(ctx, it.Node.Name, it.Node.Address, id, false)
+	if err != nil {
+		return nodeapi.Sandbox{}, err
+	}
+	f.index.put(s)
+	return s, nil
+}
+
 // Held asks the node that the claim-time index, else the view, names for
 // ref whether it still holds it: a name check that costs one node call,
 // never a fan-out. A sandbox claimed through another replica and not yet

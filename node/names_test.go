@@ -169,3 +169,34 @@ func TestFork_ChildrenGetValidUniqueNames(t *testing.T) {
 		t.Fatalf("named snapshot claim: %+v %v", br, err)
 	}
 }
+
+// A fork child of a sandbox claimed with private traffic is private too,
+// in the fork's answer and in a later lookup.
+func TestFork_ChildOfAPrivateSandboxIsPrivate(t *testing.T) {
+	tn := startNode(t, newFakeDriver(), nil)
+	if _, err := tn.root.PutPools(bg, pools("img", 2)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 2)
+	p, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/private", Lifecycle: nodeapi.Lifecycle{PrivateTraffic: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.PrivateTraffic {
+		t.Fatal("the claim does not report its private traffic")
+	}
+	kids, err := tn.root.Fork(bg, p.ID, nodeapi.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kids) != 1 || !kids[0].PrivateTraffic {
+		t.Fatalf("fork child is not private: %+v", kids)
+	}
+	got, err := tn.root.Get(bg, kids[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.PrivateTraffic {
+		t.Fatal("a lookup of the fork child lost its private traffic")
+	}
+}

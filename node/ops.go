@@ -380,6 +380,12 @@ func (n *Node) fork(ctx context.Context, id string, count int, ttl int64) ([]nod
 	}
 	out := make([]nodeapi.Sandbox, len(recs))
 	for i, r := range recs {
+		if parent.Lifecycle.PrivateTraffic {
+			// A private sandbox's children are private too.
+			if r, err = n.setLifecycle(r.ID, nodeapi.Lifecycle{PrivateTraffic: true}); err != nil {
+				return nil, err
+			}
+		}
 		out[i] = n.wire(r, true)
 	}
 	return out, nil

@@ -51,6 +51,11 @@ type Lifecycle struct {
 	// PauseWithoutMemory makes the timeout's pause a pause without memory
 	// (see PauseRequest).
 	PauseWithoutMemory bool `json:"pause_without_memory,omitempty"`
+	// PrivateTraffic asks a gateway to open the sandbox's ports other than
+	// the agent's only to its traffic access token (e2b's
+	// network.allowPublicTraffic false); the node only records it, and a
+	// fork child inherits it.
+	PrivateTraffic bool `json:"private_traffic,omitempty"`
 }
 
 // PauseRequest is the optional body of POST /v1/sandboxes/{id}/pause.

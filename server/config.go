@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
 	"sort"
 	"sync/atomic"
 
@@ -124,7 +123,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s.e2bLn, err = net.Listen("tcp", c.e2bAddr); err != nil {
+		if s.e2bLn, err = e2b.Listen(c.e2bAddr, c.e2b.TLS); err != nil {
 			return nil, fmt.Errorf("e2b gateway: %w", err)
 		}
 		ln := s.e2bLn

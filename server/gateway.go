@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync/atomic"
 
 	"github.com/spf13/pflag"
@@ -76,11 +75,11 @@ func RunGateway(ctx context.Context, o *GatewayOptions) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", o.E2B.BindAddress)
+	ln, err := e2b.Listen(o.E2B.BindAddress, cfg.TLS)
 	if err != nil {
 		return err
 	}
-	klog.InfoS("Serving the e2b API", "address", ln.Addr().String())
+	klog.InfoS("Serving the e2b API", "address", ln.Addr().String(), "tls", cfg.TLS != nil)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	synced := &atomic.Bool{}

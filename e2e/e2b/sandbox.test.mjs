@@ -9,6 +9,7 @@
 // HEARTH_VMM (its backend; default sim).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
+import http from 'node:http'
 import { execFileSync } from 'node:child_process'
 import { Sandbox } from 'e2b'
 
@@ -136,5 +137,40 @@ test('envs set at create survive a pause without memory (the guest restarts from
     assert.equal((await run(again, 'echo "$HEARTH_ENV_KEPT"')).stdout.trim(), 'kept-across-resume')
   } finally {
     await sbx.kill().catch(() => {})
+  }
+})
+
+// e2b's host addressing: with the gateway's domain set (HEARTH_E2B_DOMAIN,
+// sandbox-dev --e2b-domain) and the name pointed at the gateway (here: the
+// Host header on E2B_API_URL), <port>-<id>.<domain> reaches a web server in
+// the sandbox with no credentials, as on e2b; a sandbox created with
+// network.allowPublicTraffic false answers only its traffic access token.
+const domain = process.env.HEARTH_E2B_DOMAIN
+test('a web server in the sandbox answers on its host-routed URL; private traffic needs the traffic token', { skip: !domain && 'HEARTH_E2B_DOMAIN is not set' }, async () => {
+  const gw = new URL(process.env.E2B_API_URL)
+  const get = (host, headers = {}) => new Promise((resolve, reject) => {
+    const req = http.request({ host: gw.hostname, port: gw.port, path: '/index.html', headers: { host, ...headers } }, (res) => {
+      let data = ''
+      res.on('data', (c) => { data += c })
+      res.on('end', () => resolve({ status: res.statusCode, body: data }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+  for (const network of [undefined, { allowPublicTraffic: false }]) {
+    const sbx = await Sandbox.create(template, { timeoutMs: 120_000, network })
+    try {
+      await sbx.files.write('/home/user/www/index.html', 'served from the sandbox')
+      await sbx.commands.run('cd /home/user/www && exec python3 -m http.server 8000', { background: true })
+      const host = sbx.getHost(8000)
+      assert.equal(host, `8000-${sbx.sandboxId}.${domain}`)
+      const headers = network ? { 'e2b-traffic-access-token': sbx.trafficAccessToken } : {}
+      let r
+      await pollUntil('the web server to answer', async () => (r = await get(host, headers)).status === 200)
+      assert.equal(r.body, 'served from the sandbox')
+      if (network) assert.equal((await get(host)).status, 401, 'a private sandbox answered without its traffic token')
+    } finally {
+      await sbx.kill().catch(() => {})
+    }
   }
 })

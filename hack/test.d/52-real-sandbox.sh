@@ -13,9 +13,9 @@ cd "$(dirname "$0")/../.."
 . hack/lib/sandbox-dev.sh
 (cd e2e/e2b && npm ci --no-audit --no-fund --loglevel=error)
 sandbox_dev_build
-sandbox_dev_start
+sandbox_dev_start --e2b-domain hearth.test
 sandbox_dev_wait_warm 2
-(cd e2e/e2b && E2B_API_URL="$e2b_url" E2B_SANDBOX_URL="$e2b_url" E2B_API_KEY="$e2b_key" \
+(cd e2e/e2b && E2B_API_URL="$e2b_url" E2B_SANDBOX_URL="$e2b_url" E2B_API_KEY="$e2b_key" HEARTH_E2B_DOMAIN=hearth.test \
   HEARTH_TEMPLATE=ghcr.io/cocoonstack/sandbox/rt:24.04 HEARTH_DATA_DIR="$data" HEARTH_HOST_PORTS="$ports" \
   node --test sandbox.test.mjs interpreter.test.mjs) || { echo "---- sandbox-dev log tail ----"; tail -80 "$tmp/sandbox-dev.log"; exit 1; }
 
