@@ -321,19 +321,7 @@ func (f *NodeFleet) LiveByID(ctx context.Context, id string) (nodeapi.Sandbox, e
 // anything (the e2b gateway's public ports). ErrNotFound when neither
 // knows id or that node no longer holds it.
 func (f *NodeFleet) KnownByID(ctx context.Context, id string) (nodeapi.Sandbox, error) {
-	if s, ok := f.askIndexed(ctx, id, false); ok {
-		return s, nil
-	}
-	it, ok := f.find(id, false)
-	if !ok || it.Node.Address == "" {
-		return nodeapi.Sandbox{}, ErrNotFound
-	}
-	s, err := f.ask(ctx, it.Node.Name, it.Node.Address, id, false)
-	if err != nil {
-		return nodeapi.Sandbox{}, err
-	}
-	f.index.put(s)
-	return s, nil
+	return f.askKnown(ctx, id, false)
 }
 
 // Held asks the node that the claim-time index, else the view, names for
@@ -344,19 +332,27 @@ func (f *NodeFleet) Held(ctx context.Context, ref string) (nodeapi.Sandbox, bool
 	if ref == "" {
 		return nodeapi.Sandbox{}, false
 	}
-	if s, ok := f.askIndexed(ctx, ref, true); ok {
-		return s, true
+	s, err := f.askKnown(ctx, ref, true)
+	return s, err == nil
+}
+
+// askKnown asks only the node that the claim-time index, else the view,
+// names for key (a claim ref or a claim id); ErrNotFound when neither
+// knows it.
+func (f *NodeFleet) askKnown(ctx context.Context, key string, byRef bool) (nodeapi.Sandbox, error) {
+	if s, ok := f.askIndexed(ctx, key, byRef); ok {
+		return s, nil
 	}
-	it, ok := f.find(ref, true)
+	it, ok := f.find(key, byRef)
 	if !ok || it.Node.Address == "" {
-		return nodeapi.Sandbox{}, false
+		return nodeapi.Sandbox{}, ErrNotFound
 	}
-	s, err := f.ask(ctx, it.Node.Name, it.Node.Address, ref, true)
+	s, err := f.ask(ctx, it.Node.Name, it.Node.Address, key, byRef)
 	if err != nil {
-		return nodeapi.Sandbox{}, false
+		return nodeapi.Sandbox{}, err
 	}
 	f.index.put(s)
-	return s, true
+	return s, nil
 }
 
 // AllByRef asks every routable node for the sandboxes recorded under ref
