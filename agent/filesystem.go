@@ -218,12 +218,8 @@ func writeEntry(w http.ResponseWriter, path string) {
 
 func (a *agent) handleStat(w http.ResponseWriter, r *http.Request) {
 	var req pathRequest
-	if !decodeUnary(w, r, &req) {
-		return
-	}
-	acct, err := a.processAccount(r)
-	if err != nil {
-		writeUnaryError(w, err)
+	acct, ok := a.decodeUnaryAs(w, r, &req)
+	if !ok {
 		return
 	}
 	writeEntry(w, a.resolve(req.Path, acct))
@@ -231,12 +227,8 @@ func (a *agent) handleStat(w http.ResponseWriter, r *http.Request) {
 
 func (a *agent) handleMakeDir(w http.ResponseWriter, r *http.Request) {
 	var req pathRequest
-	if !decodeUnary(w, r, &req) {
-		return
-	}
-	acct, err := a.processAccount(r)
-	if err != nil {
-		writeUnaryError(w, err)
+	acct, ok := a.decodeUnaryAs(w, r, &req)
+	if !ok {
 		return
 	}
 	p := a.resolve(req.Path, acct)
@@ -260,17 +252,13 @@ const maxListEntries = 100000
 
 func (a *agent) handleListDir(w http.ResponseWriter, r *http.Request) {
 	var req listDirRequest
-	if !decodeUnary(w, r, &req) {
+	acct, ok := a.decodeUnaryAs(w, r, &req)
+	if !ok {
 		return
 	}
 	depth := int(req.Depth)
 	if req.Depth == 0 {
 		depth = 1
-	}
-	acct, err := a.processAccount(r)
-	if err != nil {
-		writeUnaryError(w, err)
-		return
 	}
 	root := a.resolve(req.Path, acct)
 	fi, err := os.Stat(root)
@@ -330,13 +318,9 @@ func listDir(root string, depth int) ([]entryInfo, error) {
 
 func (a *agent) handleRemove(w http.ResponseWriter, r *http.Request) {
 	var req pathRequest
-	if !decodeUnary(w, r, &req) {
-		return
-	}
 	// Like envd: removing what is not there succeeds (os.RemoveAll).
-	acct, err := a.processAccount(r)
-	if err != nil {
-		writeUnaryError(w, err)
+	acct, ok := a.decodeUnaryAs(w, r, &req)
+	if !ok {
 		return
 	}
 	p := a.resolve(req.Path, acct)
@@ -349,12 +333,8 @@ func (a *agent) handleRemove(w http.ResponseWriter, r *http.Request) {
 
 func (a *agent) handleMove(w http.ResponseWriter, r *http.Request) {
 	var req moveRequest
-	if !decodeUnary(w, r, &req) {
-		return
-	}
-	acct, err := a.processAccount(r)
-	if err != nil {
-		writeUnaryError(w, err)
+	acct, ok := a.decodeUnaryAs(w, r, &req)
+	if !ok {
 		return
 	}
 	src, dst := a.resolve(req.Source, acct), a.resolve(req.Destination, acct)

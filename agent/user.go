@@ -42,6 +42,21 @@ func lookupAccount(name string) (*account, error) {
 	return acct, nil
 }
 
+// decodeUnaryAs is decodeUnary followed by processAccount: the unary
+// request in req and the account it runs as. On failure it writes the
+// Connect error and returns false.
+func (a *agent) decodeUnaryAs(w http.ResponseWriter, r *http.Request, req any) (*account, bool) {
+	if !decodeUnary(w, r, req) {
+		return nil, false
+	}
+	acct, err := a.processAccount(r)
+	if err != nil {
+		writeUnaryError(w, err)
+		return nil, false
+	}
+	return acct, true
+}
+
 // processAccount is the account a request's process runs as: the user the
 // e2b SDK names in "Authorization: Basic base64(user:)" (envd semantics)
 // when the guest has that account, else Options.User. It is nil — run as

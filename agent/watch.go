@@ -269,12 +269,8 @@ type watcherIDRequest struct {
 
 func (a *agent) handleCreateWatcher(w http.ResponseWriter, r *http.Request) {
 	var req watchRequest
-	if !decodeUnary(w, r, &req) {
-		return
-	}
-	acct, err := a.processAccount(r)
-	if err != nil {
-		writeUnaryError(w, err)
+	acct, ok := a.decodeUnaryAs(w, r, &req)
+	if !ok {
 		return
 	}
 	dw, err := a.newDirWatcher(req, acct)
