@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
@@ -72,15 +70,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 10 * time.Second
 	}
-	if cfg.LeaseNamespace == "" {
-		cfg.LeaseNamespace = "sandbox-system"
-	}
 	if cfg.LeaseName == "" {
 		cfg.LeaseName = "hearth-sandboxclaim-controller"
-	}
-	if cfg.Identity == "" {
-		h, _ := os.Hostname()
-		cfg.Identity = h + "-" + rand.String(6)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

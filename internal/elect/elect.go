@@ -6,9 +6,11 @@ package elect
 
 import (
 	"context"
+	"os"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
@@ -17,15 +19,31 @@ import (
 )
 
 // Lease names the Lease and this replica's identity in it; What names the
-// loop in logs.
+// loop in logs. Run defaults Namespace to DefaultNamespace and Identity to
+// the hostname plus a random suffix.
 type Lease struct {
 	Namespace, Name, Identity, What string
+}
+
+// DefaultNamespace holds the controllers' Leases unless told otherwise.
+const DefaultNamespace = "sandbox-system"
+
+func (l Lease) withDefaults() Lease {
+	if l.Namespace == "" {
+		l.Namespace = DefaultNamespace
+	}
+	if l.Identity == "" {
+		h, _ := os.Hostname()
+		l.Identity = h + "-" + rand.String(6)
+	}
+	return l
 }
 
 // Run calls loop whenever this process leads the Lease, until ctx ends. A
 // lost lease cancels loop's context; Run then campaigns again. An error
 // from loop is logged, not returned: the next term starts it afresh.
 func Run(ctx context.Context, cfg *rest.Config, l Lease, loop func(context.Context) error) error {
+	l = l.withDefaults()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err

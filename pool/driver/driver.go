@@ -27,7 +27,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"reflect"
 	"sort"
 	"sync"
@@ -39,7 +38,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
@@ -114,15 +112,8 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
 	}
-	if cfg.LeaseNamespace == "" {
-		cfg.LeaseNamespace = "sandbox-system"
-	}
 	if cfg.LeaseName == "" {
 		cfg.LeaseName = "hearth-warmpool-driver"
-	}
-	if cfg.Identity == "" {
-		h, _ := os.Hostname()
-		cfg.Identity = h + "-" + rand.String(6)
 	}
 	dyn, err := dynamic.NewForConfig(cfg.REST)
 	if err != nil {
