@@ -124,6 +124,20 @@ func (g *gateway) inNamespace(s nodeapi.Sandbox) bool {
 // A not-found is remembered for missTTL, so a burst of requests for an
 // unknown id costs one fleet lookup, not one each.
 func (g *gateway) lookup(ctx context.Context, given string) (nodeapi.Sandbox, error) {
+	return g.lookupBy(ctx, given, g.fleet.LiveByID, true)
+}
+
+// lookupKnown is lookup for a caller that presented no credential: each
+// spelling of given is asked of the node the fleet's index or view names,
+// never of every node (Fleet.KnownByID), and the fleet's list is not
+// scanned for other spellings.
+func (g *gateway) lookupKnown(ctx context.Context, given string) (nodeapi.Sandbox, error) {
+	return g.lookupBy(ctx, given, g.fleet.KnownByID, false)
+}
+
+// lookupBy is lookup with find asking for one claim id; scan also tries
+// the ids of the fleet's list that given may spell.
+func (g *gateway) lookupBy(ctx context.Context, given string, find func(context.Context, string) (nodeapi.Sandbox, error), scan bool) (nodeapi.Sandbox, error) {
 	given = strings.TrimSpace(given)
 	if given == "" || len(given) > maxIDLen {
 		return nodeapi.Sandbox{}, fleet.ErrNotFound
@@ -131,7 +145,7 @@ func (g *gateway) lookup(ctx context.Context, given string) (nodeapi.Sandbox, er
 	if g.missed(given) {
 		return nodeapi.Sandbox{}, fleet.ErrNotFound
 	}
-	s, err := g.lookupFleet(ctx, given)
+	s, err := g.lookupFleet(ctx, given, find, scan)
 	if errors.Is(err, fleet.ErrNotFound) && !errors.Is(err, fleet.ErrIncomplete) {
 		g.miss(given)
 	}
@@ -182,32 +196,11 @@ func (g *gateway) unmiss(s nodeapi.Sandbox) {
 	g.mu.Unlock()
 }
 
-// lookupKnown is lookup for a caller that presented no credential: each
-// spelling of given is asked of the node the fleet's index or view names,
-// never of every node (Fleet.KnownByID).
-func (g *gateway) lookupKnown(ctx context.Context, given string) (nodeapi.Sandbox, error) {
-	given = strings.TrimSpace(given)
-	if given == "" || len(given) > maxIDLen || g.missed(given) {
-		return nodeapi.Sandbox{}, fleet.ErrNotFound
-	}
-	for _, c := range idCandidates(given) {
-		s, err := g.fleet.KnownByID(ctx, c)
-		if err == nil && MatchID(s.ID, given) && g.inNamespace(s) {
-			return s, nil
-		}
-		if err != nil && !errors.Is(err, fleet.ErrNotFound) {
-			return nodeapi.Sandbox{}, err
-		}
-	}
-	g.miss(given)
-	return nodeapi.Sandbox{}, fleet.ErrNotFound
-}
-
-func (g *gateway) lookupFleet(ctx context.Context, given string) (nodeapi.Sandbox, error) {
+func (g *gateway) lookupFleet(ctx context.Context, given string, find func(context.Context, string) (nodeapi.Sandbox, error), scan bool) (nodeapi.Sandbox, error) {
 	tried := map[string]bool{}
 	try := func(id string) (nodeapi.Sandbox, bool, error) {
 		tried[id] = true
-		s, err := g.fleet.LiveByID(ctx, id)
+		s, err := find(ctx, id)
 		switch {
 		case err == nil:
 			return s, MatchID(s.ID, given) && g.inNamespace(s), nil
@@ -220,6 +213,9 @@ func (g *gateway) lookupFleet(ctx context.Context, given string) (nodeapi.Sandbo
 		if s, ok, err := try(c); ok || err != nil {
 			return s, err
 		}
+	}
+	if !scan {
+		return nodeapi.Sandbox{}, fleet.ErrNotFound
 	}
 	// An id in a spelling we cannot invert: scan the fleet's list.
 	all, err := g.fleet.List(ctx)
