@@ -9,24 +9,12 @@
 # from the pin below. Cold build: ~6-10 min of CPU; cached: instant.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
 KUBE_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
-BIN=${HEARTH_E2E_BIN:-$ROOT/e2e/.cache/bin}
-CACHE=${HEARTH_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hearth/bin}
-mkdir -p "$BIN" "$CACHE"
 export GOWORK=off GOFLAGS=-mod=readonly
+. hack/lib/tools-cache.sh
 
-stamp_ok() { # name version
-  [ -x "$CACHE/$1" ] && [ -f "$CACHE/$1.version" ] && [ "$(cat "$CACHE/$1.version")" = "$2" ]
-}
-link() { # name: the cached binary and its stamp, where the suites look
-  [ "$BIN" = "$CACHE" ] && return 0
-  ln -sfn "$CACHE/$1" "$BIN/$1"
-  cp "$CACHE/$1.version" "$BIN/$1.version"
-}
-
-if stamp_ok etcd "$ETCD_VERSION"; then
+if cached etcd "$ETCD_VERSION"; then
   echo "etcd $ETCD_VERSION cached in $CACHE"
 else
   echo "building etcd $ETCD_VERSION ..."
@@ -36,7 +24,7 @@ else
 fi
 link etcd
 
-if stamp_ok kube-apiserver "$KUBE_VERSION"; then
+if cached kube-apiserver "$KUBE_VERSION"; then
   echo "kube-apiserver $KUBE_VERSION cached in $CACHE"
 else
   echo "building kube-apiserver $KUBE_VERSION (several minutes) ..."

@@ -11,17 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HELM_VERSION=v3.22.0
-BIN=${HEARTH_E2E_BIN:-$PWD/e2e/.cache/bin}
-CACHE=${HEARTH_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hearth/bin}
-mkdir -p "$BIN" "$CACHE"
-link() {
-  [ "$BIN" = "$CACHE" ] && return 0
-  ln -sfn "$CACHE/helm" "$BIN/helm"
-  cp "$CACHE/helm.version" "$BIN/helm.version"
-}
-if [ -x "$CACHE/helm" ] && [ "$(cat "$CACHE/helm.version" 2>/dev/null)" = "$HELM_VERSION" ]; then
+. hack/lib/tools-cache.sh
+if cached helm "$HELM_VERSION"; then
   echo "helm $HELM_VERSION cached in $CACHE"
-  link
+  link helm
   exit 0
 fi
 echo "building helm $HELM_VERSION ..."
@@ -34,5 +27,5 @@ trap 'rm -rf "$tmp"' EXIT
   "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
 mv "$tmp/bin/helm" "$CACHE/helm"
 echo "$HELM_VERSION" > "$CACHE/helm.version"
-link
+link helm
 "$BIN/helm" version --short
