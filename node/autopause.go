@@ -24,18 +24,6 @@ func checkLifecycle(l nodeapi.Lifecycle) error {
 	return badRequest("on_timeout %.32q is not %q or %q", l.OnTimeout, nodeapi.OnTimeoutKill, nodeapi.OnTimeoutPause)
 }
 
-// setLifecycle records life on sandbox id (a claim from a snapshot, whose
-// clone path records none).
-func (n *Node) setLifecycle(id string, life nodeapi.Lifecycle) (record, error) {
-	var rec record
-	err := n.withSandbox(id, func(sb *sandbox) error {
-		var err error
-		rec, err = n.update(sb, func(r *record) { r.Lifecycle = life })
-		return err
-	})
-	return rec, err
-}
-
 // pausedAtTimeout reports whether the record is a pause-at-timeout sandbox
 // that is paused: its ended lease is not the reaper's business.
 func (r *record) pausedAtTimeout() bool {

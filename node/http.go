@@ -129,15 +129,7 @@ func (n *Node) mux() http.Handler {
 			writeErr(w, err)
 			return
 		}
-		res, err := n.claimSnapshot(r.Context(), r.PathValue("id"), req.TTLSeconds, req.ClaimRef)
-		if err == nil && req.Lifecycle != (nodeapi.Lifecycle{}) {
-			var rec record
-			if rec, err = n.setLifecycle(res.ID, req.Lifecycle); err == nil {
-				res = n.wire(rec, true)
-			} else {
-				_ = n.remove(r.Context(), res.ID, false) // not delivered: give it back
-			}
-		}
+		res, err := n.claimSnapshot(r.Context(), r.PathValue("id"), req.TTLSeconds, req.ClaimRef, req.Lifecycle)
 		if err != nil {
 			writeErr(w, err)
 			return

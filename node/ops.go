@@ -374,18 +374,14 @@ func (n *Node) fork(ctx context.Context, id string, count int, ttl int64) ([]nod
 	if err != nil {
 		return nil, err
 	}
-	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), child)
+	// A private sandbox's children are private too.
+	life := nodeapi.Lifecycle{PrivateTraffic: parent.Lifecycle.PrivateTraffic}
+	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), child, life)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]nodeapi.Sandbox, len(recs))
 	for i, r := range recs {
-		if parent.Lifecycle.PrivateTraffic {
-			// A private sandbox's children are private too.
-			if r, err = n.setLifecycle(r.ID, nodeapi.Lifecycle{PrivateTraffic: true}); err != nil {
-				return nil, err
-			}
-		}
 		out[i] = n.wire(r, true)
 	}
 	return out, nil
@@ -433,8 +429,9 @@ func childObject(o nodeapi.Object) nodeapi.Object {
 // cloneN clones count new sandboxes from the VM snapshot in dir, records
 // them and returns their records; on any failure it destroys what it made.
 // refOf names each new sandbox (called with n.mu held, after every earlier
-// child is inserted); nil leaves them unnamed. lin places them in a fork tree.
-func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, lin lineage) ([]record, error) {
+// child is inserted); nil leaves them unnamed. lin places them in a fork
+// tree; each is recorded with life from the start.
+func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, lin lineage, life nodeapi.Lifecycle) ([]record, error) {
 	handles := make([]vmm.Handle, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
@@ -463,7 +460,7 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	for i, h := range handles {
 		id := n.newSandboxID()
 		r := record{ID: id, Key: k, Handle: h, Deadline: n.limits.Deadline(now, ttl), ClaimedAt: now.Truncate(time.Second),
-			Snapshot: fromSnapshot, Version: 1, Object: obj, Tree: lin.tree, Depth: lin.depth}
+			Snapshot: fromSnapshot, Version: 1, Object: obj, Tree: lin.tree, Depth: lin.depth, Lifecycle: life}
 		if refOf != nil {
 			r.ClaimRef = refOf(id)
 		}
@@ -597,8 +594,8 @@ func (n *Node) deleteSnapshot(id string) error {
 }
 
 // claimSnapshot claims a new sandbox cloned from snapshot id, named ref
-// (unique like a claim's; 409 when held) or unnamed.
-func (n *Node) claimSnapshot(ctx context.Context, id string, ttl int64, ref string) (nodeapi.Sandbox, error) {
+// (unique like a claim's; 409 when held) or unnamed, recorded with life.
+func (n *Node) claimSnapshot(ctx context.Context, id string, ttl int64, ref string, life nodeapi.Lifecycle) (nodeapi.Sandbox, error) {
 	n.mu.Lock()
 	c := n.tab.snapshots[id]
 	n.mu.Unlock()
@@ -627,7 +624,7 @@ func (n *Node) claimSnapshot(ctx context.Context, id string, ttl int64, ref stri
 	if ref != "" {
 		refOf = func(string) string { return ref }
 	}
-	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, lineage{})
+	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, lineage{}, life)
 	if err != nil {
 		return nodeapi.Sandbox{}, err
 	}
