@@ -28,14 +28,17 @@ type rec struct {
 	node *nodeState
 	// ip4 and port are the agent address when flagAddr4 is set.
 	ip4 uint32
-	// deadline and claimedAt are seconds since timeBase (entries keep
-	// whole seconds); 0 means unset.
+	// deadline and claimedAt are seconds since timeBase; 0 means unset.
+	// A deadline is whole seconds; the claim time's milliseconds are in
+	// flags (claimedMs).
 	deadline, claimedAt uint32
 	pos                 uint32 // index in node.recs
 	port                uint16
 	tmpl                uint16 // index into Store.templates
 	split               uint16 // len(name) (a name is at most 63+1+253 bytes)
-	flags               uint8
+	// flags holds the flag bits (flag*) below msShift and the claim
+	// time's millisecond (0–999) from msShift up.
+	flags uint16
 }
 
 func (r *rec) name() string { return r.key[:r.split] }
@@ -51,12 +54,17 @@ type recMeta struct {
 var timeBase = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
 
 const (
-	flagPaused uint8 = 1 << iota
+	flagPaused uint16 = 1 << iota
 	// flagRef: the claim ref is the name (else the entry has none).
 	flagRef
 	// flagAddr4: the agent address is ip4:port.
 	flagAddr4
+
+	// msShift is where the claim time's millisecond starts in flags.
+	msShift = 6
 )
+
+func (r *rec) claimedMs() uint16 { return r.flags >> msShift }
 
 // packAddr returns addr as IPv4 and port when it renders back exactly.
 func packAddr(addr string) (ip uint32, port uint16, ok bool) {
@@ -83,6 +91,14 @@ var hashSeed = maphash.MakeSeed()
 
 func hashOf(s string) uint64 { return maphash.String(hashSeed, s) }
 
+// msOf is the millisecond of t's second, as rec keeps a claim time's.
+func msOf(t *metav1.Time) uint16 {
+	if t == nil || t.IsZero() {
+		return 0
+	}
+	return uint16(t.Nanosecond() / int(time.Millisecond))
+}
+
 // secsOf is t as rec keeps it; a time outside rec's range is clamped.
 func secsOf(t *metav1.Time) uint32 {
 	if t == nil || t.IsZero() {
@@ -107,7 +123,7 @@ func (s *Store) newRec(n *nodeState, e *inventory.Entry) *rec {
 		name = name[:1<<16-1]
 	}
 	r := &rec{key: name + e.ID, split: uint16(len(name)), deadline: secsOf(e.Deadline), claimedAt: secsOf(e.ClaimedAt),
-		node: n, tmpl: s.template(e.Template)}
+		node: n, tmpl: s.template(e.Template), flags: msOf(e.ClaimedAt) << msShift}
 	if e.Phase == sandbox.PhasePaused {
 		r.flags |= flagPaused
 	}
@@ -127,7 +143,10 @@ func (s *Store) newRec(n *nodeState, e *inventory.Entry) *rec {
 	return r
 }
 
-// holds reports whether r's content is e's.
+// holds reports whether r's content is e's. A claim time in whole
+// seconds (a published NodeInventory's: metav1.Time's JSON has no
+// fraction) holds r's with milliseconds in that second, so a node's stream
+// falling back to its published object changes none of its entries.
 func (s *Store) holds(r *rec, e *inventory.Entry) bool {
 	paused := e.Phase == sandbox.PhasePaused
 	var labels, annotations map[string]string
@@ -136,6 +155,7 @@ func (s *Store) holds(r *rec, e *inventory.Entry) bool {
 	}
 	return r.name() == e.Name && r.id() == e.ID && r.agentAddr() == e.AgentAddr &&
 		r.deadline == secsOf(e.Deadline) && r.claimedAt == secsOf(e.ClaimedAt) &&
+		(r.claimedMs() == msOf(e.ClaimedAt) || msOf(e.ClaimedAt) == 0) &&
 		(r.flags&flagPaused != 0) == paused && (r.flags&flagRef != 0) == (e.ClaimRef != "") &&
 		s.templates[r.tmpl] == e.Template && maps.Equal(labels, e.Labels) && maps.Equal(annotations, e.Annotations)
 }
@@ -184,7 +204,7 @@ func (s *Store) entryInto(r *rec, dl, ca *metav1.Time) inventory.Entry {
 		e.Deadline = dl
 	}
 	if r.claimedAt != 0 {
-		*ca = metav1.NewTime(time.Unix(timeBase+int64(r.claimedAt), 0).UTC())
+		*ca = metav1.NewTime(time.Unix(timeBase+int64(r.claimedAt), int64(r.claimedMs())*int64(time.Millisecond)).UTC())
 		e.ClaimedAt = ca
 	}
 	return e

@@ -1,6 +1,7 @@
 package fleetview
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -387,4 +388,48 @@ func TestRecIndex_Model(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestClaimTime_MillisecondsSurviveAPublishedFallback: a stream's claim
+// time keeps its milliseconds (two sandboxes claimed within one second
+// order by it), and falling back to the node's published object — whose
+// JSON carries whole seconds — changes no entry.
+func TestClaimTime_MillisecondsSurviveAPublishedFallback(t *testing.T) {
+	s := NewStore(0)
+	a, b := sb("sb_a", "ns/a"), sb("sb_b", "ns/b")
+	a.ClaimedAt, b.ClaimedAt = t0.Add(120*time.Millisecond), t0.Add(999*time.Millisecond+999*time.Microsecond)
+	s.SetPublished(published("n1", "a:1"), t0)
+	mustApply(t, s, "n1", snapshot("e1", 1, a, b))
+	want := map[string]time.Time{"sb_a": t0.Add(120 * time.Millisecond), "sb_b": t0.Add(999 * time.Millisecond)}
+	check := func(when string) {
+		t.Helper()
+		for id, at := range want {
+			it, ok := s.CurrentByID(id)
+			if !ok {
+				t.Errorf("%s: %s is gone", when, id)
+				continue
+			}
+			if it.Entry.ClaimedAt == nil || !it.Entry.ClaimedAt.Time.Equal(at) {
+				t.Errorf("%s: %s claimedAt %v, want %v", when, id, it.Entry.ClaimedAt, at)
+			}
+		}
+	}
+	check("streamed")
+
+	var pub inventory.NodeInventory // what a reader of the API gets back
+	raw, err := json.Marshal(published("n1", "a:1", a, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &pub); err != nil {
+		t.Fatal(err)
+	}
+	if pub.Entries[0].ClaimedAt.Nanosecond() != 0 {
+		t.Fatalf("a published claim time has a fraction: %v", pub.Entries[0].ClaimedAt)
+	}
+	rv := s.Rev()
+	s.StreamDown("n1", t0.Add(time.Second))
+	s.SetPublished(&pub, t0.Add(2*time.Second))
+	eq(t, changes(t, s, rv), nil)
+	check("after the fallback")
 }

@@ -30,7 +30,10 @@ func PhaseOf(s *nodeapi.Sandbox) string {
 
 // EntryOf is the one conversion of a sandbox record into the entry its
 // node publishes; a live lookup converted here hashes like the published
-// entry. Times are kept to whole seconds, as published.
+// entry. The deadline is kept to whole seconds, the claim time to
+// milliseconds (what a change stream carries; a published NodeInventory's
+// metav1.Time carries whole seconds, and Hash counts whole seconds, so
+// both forms hash alike).
 func EntryOf(s *nodeapi.Sandbox) Entry {
 	e := Entry{Name: NameOf(s), ID: s.ID, Phase: PhaseOf(s), Template: s.Template, ClaimRef: s.ClaimRef, AgentAddr: s.AgentAddr,
 		Labels: s.Labels, Annotations: s.Annotations}
@@ -39,7 +42,7 @@ func EntryOf(s *nodeapi.Sandbox) Entry {
 		e.Deadline = &t
 	}
 	if !s.ClaimedAt.IsZero() {
-		t := metav1.NewTime(s.ClaimedAt.UTC().Truncate(time.Second))
+		t := metav1.NewTime(s.ClaimedAt.UTC().Truncate(time.Millisecond))
 		e.ClaimedAt = &t
 	}
 	return e

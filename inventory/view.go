@@ -464,6 +464,9 @@ func fnvString(h uint64, s string) uint64 {
 	return h
 }
 
+// fnvTime hashes t's whole seconds: a claim time with milliseconds (a
+// change stream's) hashes like its published form (metav1.Time's JSON
+// drops the fraction).
 func fnvTime(h uint64, t *metav1.Time) uint64 {
 	var secs int64
 	if !t.IsZero() {

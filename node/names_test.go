@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -198,5 +199,46 @@ func TestFork_ChildOfAPrivateSandboxIsPrivate(t *testing.T) {
 	}
 	if !got.PrivateTraffic {
 		t.Fatal("a lookup of the fork child lost its private traffic")
+	}
+}
+
+// TestClaim_ClaimTimeKeepsMilliseconds: claim times are recorded to the
+// millisecond (not whole seconds), so that sandboxes claimed within one
+// second order by when they were claimed, and they survive a restart.
+func TestClaim_ClaimTimeKeepsMilliseconds(t *testing.T) {
+	drv := newFakeDriver()
+	var mu sync.Mutex
+	clock := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).Add(123456789) // .123456789
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	cfg := Config{Name: "n1", DataDir: t.TempDir(), Driver: drv, RootToken: testRoot, Now: now}
+	a := runNode(t, cfg)
+	if _, err := a.root.PutPools(bg, pools("img", 2)); err != nil {
+		t.Fatal(err)
+	}
+	a.waitWarm(t, "img", 2)
+	first, err := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	clock = clock.Add(400 * time.Millisecond) // .523456789, the same second
+	mu.Unlock()
+	second, err := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Time{time.Date(2026, 12, 1, 10, 0, 0, 123_000_000, time.UTC), time.Date(2026, 12, 1, 10, 0, 0, 523_000_000, time.UTC)}
+	for i, c := range []nodeapi.Sandbox{first, second} {
+		if !c.ClaimedAt.Equal(want[i]) {
+			t.Errorf("claim %d: claimed_at %v, want %v", i, c.ClaimedAt, want[i])
+		}
+	}
+	a.crash()
+	b := runNode(t, cfg)
+	for i, c := range []nodeapi.Sandbox{first, second} {
+		got, err := b.root.Get(bg, c.ID)
+		if err != nil || !got.ClaimedAt.Equal(want[i]) {
+			t.Errorf("after a restart, claim %d: %v %v, want %v", i, got.ClaimedAt, err, want[i])
+		}
 	}
 }

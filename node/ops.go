@@ -114,7 +114,7 @@ func (n *Node) claimWarm(ctx context.Context, in claimInput) (nodeapi.Sandbox, e
 		return nodeapi.Sandbox{}, errorf(http.StatusTooManyRequests, "no warm sandbox on node %s for pool (%s)", n.cfg.Name, in.key)
 	}
 	sb.rec = record{ID: n.newSandboxID(), Key: in.key, Handle: h, ClaimRef: in.ref,
-		Deadline: n.limits.Deadline(now, in.ttl), ClaimedAt: now.Truncate(time.Second), Metadata: in.metadata,
+		Deadline: n.limits.Deadline(now, in.ttl), ClaimedAt: now.Truncate(time.Millisecond), Metadata: in.metadata,
 		Version: 1, Object: in.object, Lifecycle: in.life, Env: in.env}
 	n.tab.insert(sb)
 	rec := sb.rec
@@ -459,7 +459,7 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	n.mu.Lock()
 	for i, h := range handles {
 		id := n.newSandboxID()
-		r := record{ID: id, Key: k, Handle: h, Deadline: n.limits.Deadline(now, ttl), ClaimedAt: now.Truncate(time.Second),
+		r := record{ID: id, Key: k, Handle: h, Deadline: n.limits.Deadline(now, ttl), ClaimedAt: now.Truncate(time.Millisecond),
 			Snapshot: fromSnapshot, Version: 1, Object: obj, Tree: lin.tree, Depth: lin.depth, Lifecycle: life}
 		if refOf != nil {
 			r.ClaimRef = refOf(id)

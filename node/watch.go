@@ -183,13 +183,14 @@ func (h *hub) apply(node string, sbs []nodeapi.Sandbox, pools []nodeapi.PoolInfo
 }
 
 // samePublished reports whether a and b publish the same entry
-// (inventory.EntryOf: times in whole seconds, labels and annotations) on
+// (inventory.EntryOf: the deadline in whole seconds, the claim time in
+// milliseconds, labels and annotations) on
 // the same pool key. The record's maps are replaced, never mutated, on a
 // change (PUT /v1/sandboxes/{id}/labels), so comparing them is sound.
 func samePublished(a, b *nodeapi.Sandbox) bool {
 	return a.ClaimRef == b.ClaimRef && a.Paused == b.Paused && a.AgentAddr == b.AgentAddr &&
 		a.Template == b.Template && a.Net == b.Net && a.Size == b.Size &&
-		a.Deadline.Unix() == b.Deadline.Unix() && a.ClaimedAt.Unix() == b.ClaimedAt.Unix() &&
+		a.Deadline.Unix() == b.Deadline.Unix() && a.ClaimedAt.UnixMilli() == b.ClaimedAt.UnixMilli() &&
 		a.Deadline.IsZero() == b.Deadline.IsZero() && a.ClaimedAt.IsZero() == b.ClaimedAt.IsZero() &&
 		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations)
 }

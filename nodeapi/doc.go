@@ -49,8 +49,9 @@
 //
 // # JSON shapes
 //
-// Times are RFC 3339 with nanoseconds (Go's time.Time); deadlines and claim
-// times are whole seconds.
+// Times are RFC 3339 with nanoseconds (Go's time.Time); deadlines are whole
+// seconds, claim times milliseconds (so that sandboxes claimed within one
+// second still order by claim time).
 //
 //	ClaimRequest         {template, net?, size?, ttl_seconds?, claim_ref?, env?, metadata?,
 //	                      labels?, annotations?, spec?, managed_fields?}
