@@ -55,9 +55,14 @@ import (
 // execution with SIGINT (KeyboardInterrupt); code that ignores that for
 // interruptGrace is killed, and the context restarts with empty state.
 //
+// matplotlib figures come back as PNG results, as with IPython's inline
+// backend: the driver is matplotlib's default backend (MPLBACKEND
+// module://hearth_inline), plt.show() sends the open figures and the end of
+// each execution sends the rest, each closed once sent.
+//
 // Not served: languages other than python (400), Jupyter's messaging and
 // kernels, IPython syntax (magics, !shell), charts (the "chart" field),
-// matplotlib or any package the image lacks, stdin (input() sees EOF).
+// any package the image lacks, stdin (input() sees EOF).
 // An execution of a context whose process dies (os._exit, a crash) ends
 // with an error named "UnexpectedEndOfExecution"; the next one starts a
 // fresh process.

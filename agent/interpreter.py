@@ -16,12 +16,14 @@
 # agent knows it has all of that output before it ends the execution.
 #
 # SIGINT interrupts the running code (KeyboardInterrupt) and nothing else:
-# the context lives on.
+# the context lives on. matplotlib, when the code imports it, draws with this
+# driver's backend (_InlineBackend): its figures become PNG results.
 
 import ast
 import base64
 import builtins
 import codecs
+import importlib.util
 import io
 import json
 import linecache
@@ -134,6 +136,58 @@ def display(*objs):
         _emit(_result(obj, False))
 
 
+def _figures():
+    """Like IPython's inline backend: every open matplotlib figure becomes a
+    result with its PNG (not the main one), and is closed."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        nums = plt.get_fignums()
+    except Exception:
+        return
+    for num in nums:
+        try:
+            fig = plt.figure(num)
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", bbox_inches="tight")
+            _emit({"type": "result", "is_main_result": False, "text": _cut(repr(fig)),
+                   "png": base64.b64encode(buf.getvalue()).decode("ascii")})
+        except Exception:
+            pass
+    try:
+        plt.close("all")
+    except Exception:
+        pass
+
+
+class _InlineBackend:
+    """matplotlib's "module://hearth_inline" backend (the default MPLBACKEND
+    of a context): Agg's canvas, and plt.show() sends the open figures
+    (_figures), as the end of every execution does."""
+
+    name = "hearth_inline"
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname != cls.name:
+            return None
+        return importlib.util.spec_from_loader(fullname, cls)
+
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @staticmethod
+    def exec_module(mod):
+        from matplotlib.backend_bases import FigureManagerBase
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        mod.FigureCanvas = FigureCanvasAgg
+        mod.FigureManager = FigureManagerBase
+        mod.show = lambda *args, **kwargs: _figures()
+
+
 def _error(e):
     tb = e.__traceback__
     if isinstance(e, SyntaxError):
@@ -185,6 +239,7 @@ def _run(req, g, n, marker):
         except BaseException as e:  # SystemExit and KeyboardInterrupt included
             _executing = False
             _emit(_error(e))
+        _figures()
     except KeyboardInterrupt as e:  # between the checks above
         _executing = False
         _emit(_error(e))
@@ -220,6 +275,8 @@ def _main():
     main.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = main
     builtins.display = display
+    sys.meta_path.append(_InlineBackend)
+    os.environ.setdefault("MPLBACKEND", "module://" + _InlineBackend.name)
     g = main.__dict__
     signal.signal(signal.SIGINT, _sigint)
     n = 0

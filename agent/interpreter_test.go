@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -452,6 +453,45 @@ H()`
 	// A class is not its instances: no formats for H itself.
 	e = ta.runCode("H", nil)
 	require.NotContains(t, e.results[0], "html")
+}
+
+// TestInterpreter_MatplotlibFiguresArePNGResults: with the default backend
+// (module://hearth_inline), plt.show() sends the open figures as PNG
+// results at that point of the output, the end of an execution sends the
+// rest, and both close them; nothing warns on stderr. Needs matplotlib in
+// the host's python3 (hack/setup.d/10-packages.sh installs it).
+func TestInterpreter_MatplotlibFiguresArePNGResults(t *testing.T) {
+	if err := exec.Command(testPython(t), "-c", "import matplotlib").Run(); err != nil {
+		t.Skip("the host's python3 has no matplotlib (hack/setup.d/10-packages.sh installs python3-matplotlib)")
+	}
+	ta := startInterpreterAgent(t, nil)
+	e := ta.runCode(`import matplotlib.pyplot as plt
+plt.plot([1, 2, 3])
+plt.show()
+print("after show")
+fig = plt.figure(figsize=(2, 1))
+fig.gca().bar([1], [2]);`, nil)
+	require.Nil(t, e.err)
+	require.Empty(t, e.stderr)
+	require.Len(t, e.results, 2, "%v", e.msgs)
+	var order []string
+	for _, m := range e.msgs {
+		switch m["type"] {
+		case "result", "stdout":
+			order = append(order, m["type"].(string))
+		}
+	}
+	require.Equal(t, []string{"result", "stdout", "result"}, order, "show() sends its figure before the later output")
+	for i, want := range []string{"<Figure size 640x480 with 1 Axes>", "<Figure size 200x100 with 1 Axes>"} {
+		r := e.results[i]
+		require.Equal(t, false, r["is_main_result"])
+		require.Equal(t, want, r["text"])
+		png, err := base64.StdEncoding.DecodeString(r["png"].(string))
+		require.NoError(t, err)
+		require.True(t, bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")), "result %d is not a PNG", i)
+	}
+	e = ta.runCode("len(plt.get_fignums())", nil)
+	require.Equal(t, "0", e.text(), "figures are closed once sent")
 }
 
 func TestInterpreter_ConcurrentCallsOnOneContextQueue(t *testing.T) {

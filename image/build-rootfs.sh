@@ -9,7 +9,10 @@
 # home /home/user, bash, passwordless sudo through /etc/sudoers.d/user), so
 # e2b SDK defaults (user "user", cwd /home/user) work. pip may install into
 # the system Python (/etc/pip.conf break-system-packages), as sandboxes
-# expect. Documentation, man pages and locales are left out.
+# expect. Documentation, man pages and locales are left out, and so are
+# Recommends: the packages named and their dependencies, nothing more
+# (python3-matplotlib's Recommends alone would add about 1 GB: tk, scipy, a
+# compiler, boost headers).
 set -eu
 [ $# -ge 2 ] || { echo "usage: $0 SUITE PACKAGE..." >&2; exit 2; }
 suite=$1
@@ -18,6 +21,7 @@ pkgs=$(printf '%s,' "$@")
 pkgs=${pkgs%,}
 
 exec mmdebstrap --variant=minbase --format=tar --include="$pkgs" \
+	--aptopt='APT::Install-Recommends "false"' \
 	--dpkgopt='path-exclude=/usr/share/man/*' \
 	--dpkgopt='path-exclude=/usr/share/doc/*' \
 	--dpkgopt='path-include=/usr/share/doc/*/copyright' \

@@ -35,13 +35,15 @@ const BuiltinSuite = "bookworm"
 // minbase variant. They and build-rootfs.sh are hashed into the built-in
 // image's digest, so changing either makes the next BuildDefault rebuild.
 //
-// The code interpreter's python3-ipykernel, python3-jupyter-client and
-// python3-matplotlib are not in it yet: measured on a 2-core node
-// (2026-12-01), they take the build from 2m05s and a 245 MB tar to 4m49s
-// and 1.29 GB. Add them here when the code interpreter lands.
+// python3-matplotlib is there for the code interpreter's charts (a figure
+// comes back as a PNG result, docs/API.md#code-interpreter).
+// python3-munkres is named so that it, not python3-scipy (about 700 MB with
+// pythran, boost and a compiler), satisfies python3-fonttools' "python3-scipy
+// | python3-munkres".
 var BuiltinPackages = []string{
 	"bash", "coreutils", "python3", "python3-pip", "python3-venv", "git", "curl",
-	"ca-certificates", "sudo", "procps", "iproute2",
+	"ca-certificates", "sudo", "procps", "iproute2", "python3-matplotlib",
+	"python3-munkres",
 }
 
 //go:embed build-rootfs.sh

@@ -95,3 +95,18 @@ test('code contexts: create, list, restart, remove', { skip }, async () => {
     await assert.rejects(sbx.runCode('1', { context: ctx }), /not found/)
   })
 })
+
+test('a matplotlib plot comes back as a PNG result', { skip }, async () => {
+  await withSandbox(async (sbx) => {
+    const t = Date.now()
+    const r = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()')
+    console.log(`a first matplotlib plot: ${Date.now() - t} ms`)
+    assert.equal(r.error, undefined, r.error && r.error.traceback)
+    assert.deepEqual(r.logs.stderr, [])
+    assert.equal(r.results.length, 1)
+    const [fig] = r.results
+    assert.equal(fig.isMainResult, false)
+    assert.match(fig.text, /^<Figure size \d+x\d+ with 1 Axes>$/)
+    assert.ok(Buffer.from(fig.png, 'base64').subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])), 'png is a PNG')
+  })
+})

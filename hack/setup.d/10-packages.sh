@@ -6,8 +6,9 @@
 #   bubblewrap crun uidmap   namespace confinement for the sim backend
 #   passt slirp4netns        user-mode networking for sandboxes
 #   busybox-static qemu-system-x86   the QEMU backend and its guest
+#   python3-matplotlib       the code interpreter's figure tests run the driver on the host
 set -euo pipefail
-pkgs=(mmdebstrap e2fsprogs bubblewrap crun passt slirp4netns busybox-static qemu-system-x86 uidmap)
+pkgs=(mmdebstrap e2fsprogs bubblewrap crun passt slirp4netns busybox-static qemu-system-x86 uidmap python3-matplotlib)
 need=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
