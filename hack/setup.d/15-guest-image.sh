@@ -4,7 +4,7 @@
 # tests, sandbox-dev and sandboxd share:
 #   ${HEARTH_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hearth/images}
 # Idempotent: the image is cached under a hash of its recipe and rebuilt
-# only when the package list or the build script changed (cold: ~2-3 min and
+# only when the package list or the build script changed (cold: ~1.5-3 min and
 # Debian's mirror; warm: a few seconds, mostly `go build`). Needs
 # 10-packages.sh (mmdebstrap) first. HEARTH_SKIP_GUEST_IMAGE=1 skips it.
 set -euo pipefail
