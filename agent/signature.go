@@ -19,8 +19,8 @@ import (
 // is refused like a missing token.
 
 // ErrSignatureExpired is returned by VerifyFileSignature for a signature
-// past its expiration.
-var ErrSignatureExpired = errors.New("the signed URL has expired")
+// past its expiration; its text is envd's, which clients match.
+var ErrSignatureExpired = errors.New("signature is already expired")
 
 // ErrBadSignature is returned by VerifyFileSignature for a signature that
 // does not match the request under the sandbox's token.

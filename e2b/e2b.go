@@ -29,7 +29,8 @@
 // (or none) is the agent itself; any other port goes through the agent's
 // authenticated forward (agent.ForwardPortHeader) to that port of the
 // guest — 49999 to the agent's own code interpreter. A create for
-// CodeInterpreterTemplate claims from the default pool (TemplateAliases).
+// BaseTemplate or CodeInterpreterTemplate claims from the default pool
+// (TemplateAliases).
 // A driver that can dial guest ports directly would plug in at the
 // proxy's transport, keyed by the route.
 //
@@ -116,15 +117,20 @@ type Config struct {
 // Sandbox.create() asks for when given none.
 const CodeInterpreterTemplate = "code-interpreter-v1"
 
+// BaseTemplate is the template the e2b SDK's Sandbox.create() asks for
+// when given none (e2b's own base image).
+const BaseTemplate = "base"
+
 // DefaultTemplate is the image of sandbox-dev's default pool "rt" (the
 // built-in Debian image; image.DefaultRef, which a test keeps equal).
 const DefaultTemplate = "ghcr.io/cocoonstack/sandbox/rt:24.04"
 
-// DefaultAliases sends @e2b/code-interpreter's default template to the
-// default pool, whose agent serves the code interpreter (agent
-// InterpreterPort).
+// DefaultAliases sends the SDKs' default templates — the e2b SDK's "base"
+// and @e2b/code-interpreter's "code-interpreter-v1" — to the default pool,
+// whose image is a base image like e2b's and whose agent serves the code
+// interpreter (agent InterpreterPort).
 func DefaultAliases() map[string]string {
-	return map[string]string{CodeInterpreterTemplate: DefaultTemplate}
+	return map[string]string{BaseTemplate: DefaultTemplate, CodeInterpreterTemplate: DefaultTemplate}
 }
 
 // ErrNoKeys is returned by New when there are no API keys and anonymous

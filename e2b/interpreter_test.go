@@ -24,13 +24,16 @@ func startOn(t *testing.T, h http.Handler, f *fakeFleet) *gw {
 	return &gw{t: t, url: srv.URL, f: f}
 }
 
-func TestCreate_CodeInterpreterTemplateLandsOnTheDefaultPool(t *testing.T) {
+func TestCreate_SDKDefaultTemplatesLandOnTheDefaultPool(t *testing.T) {
 	f := newFakeFleet(t)
 	f.addWarm(DefaultTemplate, 2)
 	h, err := New(Config{Fleet: f, APIKeys: []string{apiKey}})
 	require.NoError(t, err)
 	g := startOn(t, h, f)
 	s := g.create(map[string]any{"templateID": CodeInterpreterTemplate})
+	require.Equal(t, DefaultTemplate, s.TemplateID)
+	// The e2b SDK's default, "base", too.
+	s = g.create(map[string]any{"templateID": BaseTemplate})
 	require.Equal(t, DefaultTemplate, s.TemplateID)
 
 	// A pool named like the alias wins.

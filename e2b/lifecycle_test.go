@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -54,11 +55,13 @@ func TestDataPlane_SignedFileURLs(t *testing.T) {
 	s := g.create(map[string]any{"templateID": "rt"})
 	tok := *s.EnvdAccessToken
 	// Write a file the ordinary way, through an upload signed for writing.
+	var body []byte
 	get := func(method string, q url.Values) int {
 		req, _ := http.NewRequest(method, g.url+"/files?"+q.Encode(), nil)
 		req.Host = "49983-" + s.SandboxID + ".gw.local"
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
+		body, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode
 	}
@@ -72,5 +75,6 @@ func TestDataPlane_SignedFileURLs(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, get("GET", other), "another sandbox's token")
 	exp := time.Now().Add(-time.Second).Unix()
 	expired := url.Values{"path": {"f.txt"}, "signature": {agent.FileSignature("f.txt", "read", "", tok, exp)}, "signature_expiration": {strconv.FormatInt(exp, 10)}}
-	require.Equal(t, http.StatusForbidden, get("GET", expired))
+	require.Equal(t, http.StatusUnauthorized, get("GET", expired))
+	require.JSONEq(t, `{"code":401,"message":"signature is already expired"}`, string(body), "e2b's answer, which its SDK's users match")
 }

@@ -138,11 +138,12 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 		// A signed file URL (Sandbox.downloadUrl / uploadUrl) stands in
 		// for the token; the agent checks it again.
 		if err := agent.VerifyFileSignature(r, rt.token, g.now()); err != nil {
-			status := http.StatusUnauthorized
+			// 401 with envd's own message for an expired one, as e2b answers.
 			if errors.Is(err, agent.ErrSignatureExpired) {
-				status = http.StatusForbidden
+				writeError(w, http.StatusUnauthorized, "%v", err)
+				return
 			}
-			writeError(w, status, "sandbox %q: %v", id, err)
+			writeError(w, http.StatusUnauthorized, "sandbox %q: %v", id, err)
 			return
 		}
 	} else if anonymous && publicPort(port) && !rt.private && rt.token != "" {
