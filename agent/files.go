@@ -162,7 +162,7 @@ func (a *agent) handlePostFile(w http.ResponseWriter, r *http.Request) {
 			written = []writeInfo{{Name: filepath.Base(p), Type: "file", Path: p}}
 		}
 	}
-	for i := 0; err == nil && i < len(written) && md != nil; i++ {
+	for i := 0; err == nil && i < len(written); i++ {
 		if err = setMetadata(written[i].Path, md); err == nil {
 			written[i].Metadata = readMetadata(written[i].Path)
 		}

@@ -12,7 +12,8 @@ import (
 // User-defined file metadata (envd >= 0.6.2): POST /files carries it as
 // X-Metadata-<key>: <value> headers; the agent stores each pair as the
 // extended attribute user.e2b.<key> of every file the request writes, and
-// every entry it describes (Stat, ListDir, MakeDir, Move, watch events
+// a write replaces the file's metadata (a write without any removes what an
+// earlier one stored, as envd does), and every entry it describes (Stat, ListDir, MakeDir, Move, watch events
 // with includeEntry, the write's own answer) carries the file's
 // user.e2b.* attributes, set by it or anyone else, as metadata. Keys are
 // lower-cased (HTTP header names are not case-preserving).
@@ -55,8 +56,18 @@ func cutPrefixFold(s, prefix string) (string, bool) {
 	return s[len(prefix):], true
 }
 
-// setMetadata stores md on the file at path.
+// setMetadata makes md the metadata of the file at path: user.e2b.*
+// attributes it does not name are removed, then md is stored. A file system
+// without extended attributes fails only when md is not empty.
 func setMetadata(path string, md map[string]string) error {
+	for k := range readMetadata(path) {
+		if _, keep := md[k]; keep {
+			continue
+		}
+		if err := unix.Lremovexattr(path, metadataXattrPrefix+k); err != nil && !errors.Is(err, unix.ENODATA) {
+			return fsError(path, err)
+		}
+	}
 	for k, v := range md {
 		if err := unix.Lsetxattr(path, metadataXattrPrefix+k, []byte(v), 0); err != nil {
 			if errors.Is(err, unix.ENOTSUP) {

@@ -37,13 +37,16 @@ const BuiltinSuite = "bookworm"
 //
 // python3-matplotlib is there for the code interpreter's charts (a figure
 // comes back as a PNG result, docs/API.md#code-interpreter).
+// python-is-python3 (`python` is python3) and attr (getfattr, setfattr)
+// are there because e2b's base image has them and code written for it
+// calls them.
 // python3-munkres is named so that it, not python3-scipy (about 700 MB with
 // pythran, boost and a compiler), satisfies python3-fonttools' "python3-scipy
 // | python3-munkres".
 var BuiltinPackages = []string{
 	"bash", "coreutils", "python3", "python3-pip", "python3-venv", "git", "curl",
 	"ca-certificates", "sudo", "procps", "iproute2", "python3-matplotlib",
-	"python3-munkres",
+	"python3-munkres", "python-is-python3", "attr",
 }
 
 //go:embed build-rootfs.sh
