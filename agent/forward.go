@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"syscall"
 )
 
 // ForwardPortHeader asks the agent to forward the request to a port of the
@@ -18,6 +20,11 @@ import (
 // (GET /health included); the header and the token are not passed on.
 // HTTP, streaming and upgraded (WebSocket) connections are forwarded.
 const ForwardPortHeader = "X-Hearth-Forward-Port"
+
+// PortClosedHeader marks the agent's 502 for a forward to a guest port
+// nothing listens on (the connection was refused), so that the gateway
+// can answer as e2b does for a closed port; its value is the port.
+const PortClosedHeader = "X-Hearth-Port-Closed"
 
 // forwardPort parses ForwardPortHeader; ok is false when absent.
 func forwardPort(r *http.Request) (port int, ok bool, err error) {
@@ -50,6 +57,11 @@ var forwarder = &httputil.ReverseProxy{
 		// r is the outgoing request, without the header: the port is in
 		// its context (forward).
 		port, _ := r.Context().Value(forwardPortKey{}).(int)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			w.Header().Set(PortClosedHeader, strconv.Itoa(port))
+			writeRESTError(w, http.StatusBadGateway, "port "+strconv.Itoa(port)+" of the sandbox is not open")
+			return
+		}
 		writeRESTError(w, http.StatusBadGateway, "port "+strconv.Itoa(port)+" of the sandbox is not reachable: "+err.Error())
 	},
 }

@@ -73,6 +73,7 @@ func TestForward_ReachesAGuestPortWithTheToken(t *testing.T) {
 	ln.Close()
 	resp = ta.do("GET", "/", "", nil, map[string]string{ForwardPortHeader: closed})
 	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	require.Equal(t, closed, resp.Header.Get(PortClosedHeader), "a refused port is marked closed")
 }
 
 func TestForward_UpgradedConnectionsFlowBothWays(t *testing.T) {

@@ -26,23 +26,27 @@ import (
 
 func TestRenderAndMatchID(t *testing.T) {
 	for _, tc := range []struct{ raw, rendered string }{
-		{"sb_0123", "sb-0123"},
-		{"SB_ABC", "sb-abc"},
-		{"sb-ok", "sb-ok"},
+		{"sb_0123", "sb0123"},
+		{"SB_ABC", "sbabc"},
+		{"sb-ok", "sbok"},
 		{"abc123", "abc123"},
-		{"sb_é", "sb--"},
+		{"sb_é", "sb"},
+		{"_", "5f"},
 	} {
 		require.Equal(t, tc.rendered, RenderID(tc.raw), tc.raw)
 		require.True(t, MatchID(tc.raw, tc.rendered))
 		require.True(t, MatchID(tc.raw, tc.raw))
 	}
+	require.True(t, MatchID("sb_0123", "sb-0123"), "the rendering of earlier releases")
 	for _, tc := range []struct{ raw, given string }{
-		{"sb_1", "sb-2"}, {"", ""}, {"sb_1", ""}, {"", "sb-1"}, {"sb_1", "SB-1"},
+		{"sb_1", "sb2"}, {"", ""}, {"sb_1", ""}, {"", "sb1"}, {"sb_1", "SB1"}, {"sb_1", "sb-2"},
 	} {
 		require.False(t, MatchID(tc.raw, tc.given), "%q vs %q", tc.raw, tc.given)
 	}
-	require.Equal(t, []string{"sb-x", "sb_x"}, idCandidates("sb-x"))
+	require.Equal(t, []string{"sbx", "sb_x"}, idCandidates("sbx"))
+	require.Equal(t, []string{"sb-x", "sb_x"}, idCandidates("sb-x"), "the rendering of earlier releases")
 	require.Equal(t, []string{"sb_x"}, idCandidates("sb_x"))
+	require.Equal(t, []string{"sb"}, idCandidates("sb"))
 }
 
 func TestDecodeMetadataQuery(t *testing.T) {
@@ -291,7 +295,7 @@ func TestAuth(t *testing.T) {
 func TestCreate_ClaimsAndTheDataPlaneWorks(t *testing.T) {
 	g := startGateway(t)
 	s := g.create(map[string]any{"templateID": "rt", "metadata": map[string]string{"owner": "me"}, "envVars": map[string]string{"FOO": "bar"}})
-	require.Equal(t, "sb-0001", s.SandboxID)
+	require.Equal(t, "sb0001", s.SandboxID)
 	require.Equal(t, "rt", s.TemplateID)
 	require.Equal(t, "node-a", s.ClientID)
 	require.Equal(t, agent.Version, s.EnvdVersion)

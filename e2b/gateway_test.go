@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -139,7 +140,7 @@ func TestCreate_FromASnapshotClaimsItsClone(t *testing.T) {
 	resp, _ := g.call("POST", "/sandboxes/"+s.SandboxID+"/snapshots", map[string]any{"name": "golden"}, &snap)
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 
-	for i, tpl := range []string{snap.SnapshotID, RenderID(snap.SnapshotID), "golden"} {
+	for i, tpl := range []string{snap.SnapshotID, nodeapi.DNSName(snap.SnapshotID), "golden"} {
 		c := g.create(map[string]any{"templateID": tpl, "timeout": 60, "metadata": map[string]string{"from": "snap"}})
 		require.Equal(t, "rt", c.TemplateID, tpl)
 		req := g.f.claims[len(g.f.claims)-1]
@@ -233,8 +234,8 @@ func TestList_MillisecondsNewestFirstAndNoTies(t *testing.T) {
 		got = append(got, l.SandboxID+"@"+l.StartedAt)
 	}
 	require.Equal(t, []string{
-		"sb-0004@2026-12-01T10:00:00.005Z", "sb-0003@2026-12-01T10:00:00.005Z",
-		"sb-0002@2026-12-01T10:00:00.000Z", "sb-0001@2026-12-01T10:00:00.000Z",
+		"sb0004@2026-12-01T10:00:00.005Z", "sb0003@2026-12-01T10:00:00.005Z",
+		"sb0002@2026-12-01T10:00:00.000Z", "sb0001@2026-12-01T10:00:00.000Z",
 	}, got, "newest first at full precision, ties broken by id")
 
 	// Paging one at a time visits every sandbox once.
@@ -252,14 +253,14 @@ func TestList_MillisecondsNewestFirstAndNoTies(t *testing.T) {
 			break
 		}
 	}
-	require.Equal(t, []string{"sb-0004", "sb-0003", "sb-0002", "sb-0001"}, paged)
+	require.Equal(t, []string{"sb0004", "sb0003", "sb0002", "sb0001"}, paged)
 
 	// Bounds are inclusive, at the millisecond a client sees.
 	g.call("GET", "/v2/sandboxes?order=asc&startedAfter="+url.QueryEscape("2026-12-01T10:00:00.005Z"), nil, &list)
 	require.Len(t, list, 2)
 	g.call("GET", "/v2/sandboxes?startedBefore="+url.QueryEscape("2026-12-01T10:00:00.000Z"), nil, &list)
 	require.Len(t, list, 2)
-	require.Equal(t, "sb-0002", list[0].SandboxID)
+	require.Equal(t, "sb0002", list[0].SandboxID)
 	resp, _ := g.call("GET", "/v2/sandboxes?startedBefore=yesterday", nil, nil)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 }
@@ -440,4 +441,36 @@ func TestCreate_NoCapacityForAServedTemplateListsNoSnapshots(t *testing.T) {
 	g.f.mu.Lock()
 	defer g.f.mu.Unlock()
 	require.Equal(t, 1, g.f.snapLists, "only the template no node serves may be a snapshot's name")
+}
+
+// TestDataPlane_AClosedPortAnswersAsE2b: a port of a running sandbox that
+// nothing listens on is e2b's 502 — JSON naming the sandbox (an id the
+// SDK's users cut at '-' and compare whole) and the port, or an HTML page
+// for a browser.
+func TestDataPlane_AClosedPortAnswersAsE2b(t *testing.T) {
+	g := startGateway(t)
+	s := g.create(map[string]any{"templateID": "rt"})
+	require.NotContains(t, s.SandboxID, "-")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	get := func(ua string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("GET", g.url+"/", nil)
+		req.Host = strconv.Itoa(port) + "-" + s.SandboxID + ".gw.local"
+		req.Header.Set("User-Agent", ua)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	resp, b := get("node")
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	require.Empty(t, resp.Header.Get(agent.PortClosedHeader))
+	require.JSONEq(t, fmt.Sprintf(`{"code":502,"message":"The sandbox is running but port is not open","sandboxId":%q,"port":%d}`, s.SandboxID, port), string(b))
+	resp, b = get("Mozilla/5.0 (X11; Linux x86_64) Chrome/120.0")
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Content-Type"), "text/html")
+	require.Contains(t, string(b), "<title>Closed Port Error</title>")
 }

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/url"
@@ -8,18 +9,21 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 // Pure cores of the gateway: id rendering, list filters, paging.
 
-// RenderID makes a claim id DNS-label safe, as e2b sandbox ids must be (the
-// SDK builds <port>-<id>.<domain> hosts): an id made only of [a-z0-9-] is
-// unchanged; otherwise it is lowercased and every other rune becomes '-'
-// ("sb_x" → "sb-x").
+// RenderID is a claim id as an e2b sandbox id: lowercased, with every
+// rune outside [a-z0-9] dropped ("sb_1f2e" → "sb1f2e"), like e2b's own ids.
+// It must be a DNS label (the SDK builds <port>-<id>.<domain> hosts) and
+// must hold no '-': code written for e2b cuts a sandbox id at its first
+// '-' (the "<id>-<clientId>" form of old) and expects the whole id back.
 func RenderID(id string) string {
 	clean := true
 	for i := 0; i < len(id); i++ {
-		if !dnsByte(id[i]) {
+		if !idByte(id[i]) {
 			clean = false
 			break
 		}
@@ -29,35 +33,39 @@ func RenderID(id string) string {
 	}
 	var b strings.Builder
 	for _, r := range strings.ToLower(id) {
-		if r < 0x80 && dnsByte(byte(r)) {
+		if r < 0x80 && idByte(byte(r)) {
 			b.WriteRune(r)
-		} else {
-			b.WriteByte('-')
 		}
+	}
+	if b.Len() == 0 {
+		return hex.EncodeToString([]byte(id)) // nothing left: still an id, and its own
 	}
 	return b.String()
 }
 
-func dnsByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-'
+func idByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
 }
 
 // MatchID reports whether a client-supplied id names the claim id raw: the
-// raw id itself or its rendering. Empty never matches.
+// raw id itself, its rendering, or the "sb-…" rendering of earlier releases
+// (nodeapi.DNSName). Empty never matches.
 func MatchID(raw, given string) bool {
 	if raw == "" || given == "" {
 		return false
 	}
-	return given == raw || given == RenderID(raw)
+	return given == raw || given == RenderID(raw) || given == nodeapi.DNSName(raw)
 }
 
 // idCandidates lists the claim ids a client-supplied id may stand for,
 // most likely first: the id as given, then the node's "sb_" spelling of a
-// rendered "sb-" id.
+// rendered "sb…" id (or of the "sb-…" rendering of earlier releases).
 func idCandidates(given string) []string {
 	out := []string{given}
-	if rest, ok := strings.CutPrefix(given, "sb-"); ok && rest != "" {
-		out = append(out, "sb_"+rest)
+	if rest, ok := strings.CutPrefix(given, "sb"); ok && !strings.HasPrefix(rest, "_") {
+		if rest = strings.TrimPrefix(rest, "-"); rest != "" {
+			out = append(out, "sb_"+rest)
+		}
 	}
 	return out
 }

@@ -1,16 +1,20 @@
 package e2b
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hearthvm/hearth/agent"
@@ -217,6 +221,7 @@ func (g *gateway) newProxy(tr http.RoundTripper) http.Handler {
 			pr.SetURL(&url.URL{Scheme: "http", Host: rt.addr})
 			pr.Out.Host = rt.addr
 		},
+		ModifyResponse: closedPort,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			rt, _ := r.Context().Value(routeKey{}).(route)
 			g.dropRoute(rt.id)
@@ -226,4 +231,41 @@ func (g *gateway) newProxy(tr http.RoundTripper) http.Handler {
 			writeError(w, http.StatusBadGateway, "sandbox %q is not reachable: %v", r.Header.Get("E2b-Sandbox-Id"), err)
 		},
 	}
+}
+
+// closedPortMessage is e2b's answer for a port of a running sandbox that
+// nothing listens on.
+const closedPortMessage = "The sandbox is running but port is not open"
+
+// closedPort rewrites the agent's 502 for a closed guest port
+// (agent.PortClosedHeader) into e2b's: {"message", "sandboxId", "port"}, or
+// an HTML page for a browser.
+func closedPort(resp *http.Response) error {
+	port := resp.Header.Get(agent.PortClosedHeader)
+	if resp.StatusCode != http.StatusBadGateway || port == "" {
+		return nil
+	}
+	resp.Header.Del(agent.PortClosedHeader)
+	rt, _ := resp.Request.Context().Value(routeKey{}).(route)
+	id := RenderID(rt.id)
+	var body []byte
+	if strings.Contains(resp.Request.Header.Get("User-Agent"), "Mozilla/") {
+		resp.Header.Set("Content-Type", "text/html; charset=utf-8")
+		body = []byte("<!DOCTYPE html>\n<html><head><title>Closed Port Error</title></head><body><h1>Closed Port Error</h1><p>" +
+			html.EscapeString(closedPortMessage) + ": sandbox " + html.EscapeString(id) + ", port " + html.EscapeString(port) + ".</p></body></html>\n")
+	} else {
+		n, _ := strconv.Atoi(port)
+		resp.Header.Set("Content-Type", "application/json")
+		body, _ = json.Marshal(struct {
+			Code      int    `json:"code"`
+			Message   string `json:"message"`
+			SandboxID string `json:"sandboxId"`
+			Port      int    `json:"port"`
+		}{http.StatusBadGateway, closedPortMessage, id, n})
+	}
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return nil
 }
