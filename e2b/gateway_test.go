@@ -446,7 +446,7 @@ func TestCreate_NoCapacityForAServedTemplateListsNoSnapshots(t *testing.T) {
 // TestDataPlane_AClosedPortAnswersAsE2b: a port of a running sandbox that
 // nothing listens on is e2b's 502 — JSON naming the sandbox (an id the
 // SDK's users cut at '-' and compare whole) and the port, or an HTML page
-// for a browser.
+// for a browser; a killed sandbox's is e2b's "not found" 502.
 func TestDataPlane_AClosedPortAnswersAsE2b(t *testing.T) {
 	g := startGateway(t)
 	s := g.create(map[string]any{"templateID": "rt"})
@@ -473,4 +473,11 @@ func TestDataPlane_AClosedPortAnswersAsE2b(t *testing.T) {
 	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
 	require.Contains(t, resp.Header.Get("Content-Type"), "text/html")
 	require.Contains(t, string(b), "<title>Closed Port Error</title>")
+
+	// Killed: e2b's "not found", naming the sandbox.
+	kr, _ := g.call("DELETE", "/sandboxes/"+s.SandboxID, nil, nil)
+	require.Equal(t, http.StatusNoContent, kr.StatusCode)
+	resp, b = get("node")
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	require.JSONEq(t, fmt.Sprintf(`{"code":502,"message":"The sandbox was not found","sandboxId":%q}`, s.SandboxID), string(b))
 }

@@ -123,7 +123,7 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 	rt, err := g.route(r.Context(), id, anonymous)
 	if err != nil {
 		if errors.Is(err, fleet.ErrNotFound) {
-			writeError(w, http.StatusBadGateway, "sandbox %q not found", id)
+			writeE2bProxyError(w, proxyError{Code: http.StatusBadGateway, Message: sandboxNotFoundMessage, SandboxID: id})
 			return
 		}
 		writeError(w, http.StatusBadGateway, "sandbox %q: %v", id, err)
@@ -233,9 +233,32 @@ func (g *gateway) newProxy(tr http.RoundTripper) http.Handler {
 	}
 }
 
-// closedPortMessage is e2b's answer for a port of a running sandbox that
-// nothing listens on.
-const closedPortMessage = "The sandbox is running but port is not open"
+// e2b's data-plane answers (its client proxy's), which code written for
+// e2b matches: an unknown or killed sandbox, and a port of a running
+// sandbox that nothing listens on.
+const (
+	sandboxNotFoundMessage = "The sandbox was not found"
+	closedPortMessage      = "The sandbox is running but port is not open"
+)
+
+// proxyError is the body of those answers.
+type proxyError struct {
+	Code      int    `json:"code"`
+	Message   string `json:"message"`
+	SandboxID string `json:"sandboxId"`
+	Port      int    `json:"port,omitempty"`
+}
+
+func (e proxyError) body() []byte {
+	b, _ := json.Marshal(e)
+	return append(b, '\n')
+}
+
+func writeE2bProxyError(w http.ResponseWriter, e proxyError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Code)
+	_, _ = w.Write(e.body())
+}
 
 // closedPort rewrites the agent's 502 for a closed guest port
 // (agent.PortClosedHeader) into e2b's: {"message", "sandboxId", "port"}, or
@@ -256,12 +279,7 @@ func closedPort(resp *http.Response) error {
 	} else {
 		n, _ := strconv.Atoi(port)
 		resp.Header.Set("Content-Type", "application/json")
-		body, _ = json.Marshal(struct {
-			Code      int    `json:"code"`
-			Message   string `json:"message"`
-			SandboxID string `json:"sandboxId"`
-			Port      int    `json:"port"`
-		}{http.StatusBadGateway, closedPortMessage, id, n})
+		body = proxyError{Code: http.StatusBadGateway, Message: closedPortMessage, SandboxID: id, Port: n}.body()
 	}
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
