@@ -85,6 +85,10 @@ type Options struct {
 	// E2BDomain is the gateway's sandbox domain: "<port>-<sandboxId>.<domain>"
 	// reaches that port of that sandbox (e2b.Options.Domain).
 	E2BDomain string
+	// E2BTLSCertFile and E2BTLSKeyFile serve the gateway over TLS
+	// (e2b.Options.TLSCertFile): a wildcard certificate for *.E2BDomain and
+	// E2BDomain. Both or neither.
+	E2BTLSCertFile, E2BTLSKeyFile string
 	// WarmPoolSyncInterval is the driver's cadence.
 	WarmPoolSyncInterval time.Duration
 	// PublishInterval is each node's inventory publish cadence.
@@ -159,6 +163,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.DefaultPool, "default-pool", o.DefaultPool, "apply examples/l3 (SandboxTemplate and SandboxWarmPool rt) at startup")
 	fs.StringVar(&o.E2BBindAddress, "e2b-bind-address", o.E2BBindAddress, "address of the e2b gateway (empty disables it)")
 	fs.StringVar(&o.E2BDomain, "e2b-domain", o.E2BDomain, "the e2b gateway's sandbox domain: <port>-<sandboxId>.<domain> (pointed at the gateway) reaches any port of a sandbox")
+	fs.StringVar(&o.E2BTLSCertFile, "e2b-tls-cert-file", o.E2BTLSCertFile, "PEM certificate the e2b gateway serves TLS with (a wildcard for *.<e2b-domain> and <e2b-domain>); without it, plain HTTP")
+	fs.StringVar(&o.E2BTLSKeyFile, "e2b-tls-key-file", o.E2BTLSKeyFile, "PEM private key of --e2b-tls-cert-file")
 	fs.DurationVar(&o.WarmPoolSyncInterval, "warm-pool-sync-interval", o.WarmPoolSyncInterval, "warm-pool driver cadence (targets and status)")
 	fs.DurationVar(&o.PublishInterval, "inventory-interval", o.PublishInterval, "node inventory publish cadence")
 	fs.IntVar(&o.EtcdPort, "etcd-port", o.EtcdPort, "embedded etcd client port on 127.0.0.1 (0 picks one); TLS, client certificates in <data-dir>/etcd-pki only")
@@ -289,6 +295,7 @@ func Run(ctx context.Context, o *Options) (err error) {
 		sopts.E2B.BindAddress = o.E2BBindAddress
 		sopts.E2B.APIKeyFile = keyFile
 		sopts.E2B.Domain = o.E2BDomain
+		sopts.E2B.TLSCertFile, sopts.E2B.TLSKeyFile = o.E2BTLSCertFile, o.E2BTLSKeyFile
 	}
 	cfg, err := sopts.Config()
 	if err != nil {
@@ -371,6 +378,9 @@ func Run(ctx context.Context, o *Options) (err error) {
 	var e2bURL string
 	if a := srv.E2BAddr(); a != nil {
 		e2bURL = "http://" + a.String()
+		if o.E2BTLSCertFile != "" {
+			e2bURL = "https://" + a.String()
+		}
 	}
 	ready := Ready{
 		Kubeconfig: kubeconfig, ReadOnlyKubeconfig: readOnlyKubeconfig, APIServer: apiURL, E2B: e2bURL, E2BKeyFile: keyFile,
@@ -378,7 +388,12 @@ func Run(ctx context.Context, o *Options) (err error) {
 		Nodes: started.addrs(), RootToken: token, Startup: time.Since(start),
 	}
 	e2bHint := ""
-	if e2bURL != "" {
+	switch {
+	case e2bURL != "" && o.E2BTLSCertFile != "":
+		// Addressed by name, as e2b's cloud: the SDK reaches
+		// https://api.<domain> and https://<port>-<id>.<domain>.
+		e2bHint = fmt.Sprintf("; e2b: E2B_DOMAIN=%s E2B_API_KEY=$(cat %s) (TLS on %s: point %[1]s and *.%[1]s at it, on port 443)", o.E2BDomain, keyFile, e2bURL)
+	case e2bURL != "":
 		e2bHint = fmt.Sprintf("; e2b: E2B_API_URL=%[1]s E2B_SANDBOX_URL=%[1]s E2B_API_KEY=$(cat %[2]s)", e2bURL, keyFile)
 	}
 	fmt.Fprintf(o.Out, "sandbox-dev ready in %s: export KUBECONFIG=%s; kubectl get sandboxwarmpools,sandboxes%s\n",
