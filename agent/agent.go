@@ -90,7 +90,20 @@ type Options struct {
 	// NoInterpreter leaves port InterpreterPort to the guest: forwards to it
 	// go to the guest's loopback like any other port's.
 	NoInterpreter bool
+	// E2BRunDir, when set, is envd's /run/e2b: the agent writes
+	// .E2B_SANDBOX ("true") there at start and .E2B_SANDBOX_ID when it
+	// learns its sandbox id (SandboxIDHeader). sandbox-agent's default is
+	// /run/e2b; empty writes nothing.
+	E2BRunDir string
 }
+
+// SandboxIDHeader carries, on every request the e2b gateway forwards, the
+// id of the sandbox the request was addressed to (the gateway sets it and
+// drops a client's). Processes started from then on get it as
+// E2B_SANDBOX_ID, as on e2b; every process gets E2B_SANDBOX=true. The id
+// is taken from requests, not fixed at boot, so a fork child or a clone
+// of a snapshot names itself, not its source.
+const SandboxIDHeader = "X-Hearth-Sandbox-Id"
 
 // agent is the handler's state: the /init env vars and the running processes.
 type agent struct {
@@ -98,8 +111,10 @@ type agent struct {
 	mux     *http.ServeMux
 	mu      sync.Mutex
 	initEnv map[string]string
-	procs   map[int]*process
-	closed  bool
+	// sandboxID is the last SandboxIDHeader seen (guarded by mu).
+	sandboxID string
+	procs     map[int]*process
+	closed    bool
 	// watchers are the polled directory watchers (CreateWatcher).
 	watchers watcherSet
 	// interp serves the code interpreter (InterpreterPort).
@@ -117,6 +132,7 @@ func newAgent(o Options) *agent {
 	o.Root, _ = filepath.Abs(o.Root)
 	a := &agent{o: o, mux: http.NewServeMux(), initEnv: map[string]string{}, procs: map[int]*process{}}
 	a.interp = newInterpreter(a)
+	a.writeRunFile(".E2B_SANDBOX", "true")
 	m := a.mux
 	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
@@ -160,6 +176,9 @@ func (a *agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeRESTError(w, http.StatusUnauthorized, "missing or invalid X-Access-Token")
 			return
 		}
+	}
+	if id := r.Header.Get(SandboxIDHeader); id != "" {
+		a.noteSandboxID(id)
 	}
 	if fwd || isStream(r) {
 		serve.Unbound(w) // authenticated: the stream lasts as long as it needs
@@ -235,6 +254,32 @@ func isStream(r *http.Request) bool {
 	return false
 }
 
+// noteSandboxID records the sandbox id an authenticated request was
+// addressed to (SandboxIDHeader): a short [a-z0-9] string, else ignored.
+func (a *agent) noteSandboxID(id string) {
+	if len(id) > 64 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+		return
+	}
+	a.mu.Lock()
+	changed := a.sandboxID != id
+	a.sandboxID = id
+	a.mu.Unlock()
+	if changed {
+		a.writeRunFile(".E2B_SANDBOX_ID", id)
+	}
+}
+
+// writeRunFile writes name in Options.E2BRunDir (best effort: a guest
+// without a writable /run still serves).
+func (a *agent) writeRunFile(name, value string) {
+	if a.o.E2BRunDir == "" {
+		return
+	}
+	if err := os.MkdirAll(a.o.E2BRunDir, 0o755); err == nil {
+		_ = os.WriteFile(filepath.Join(a.o.E2BRunDir, name), []byte(value), 0o644)
+	}
+}
+
 // Main is cmd/sandbox-agent: it parses args and runs until SIGTERM/SIGINT.
 func Main(args []string) int {
 	fs := flag.NewFlagSet("sandbox-agent", flag.ContinueOnError)
@@ -247,6 +292,7 @@ func Main(args []string) int {
 	fs.StringVar(&env, "env", "", "comma-separated KEY=VALUE pairs added to every process")
 	fs.StringVar(&o.Python, "python", "python3", "interpreter of the code contexts served on port 49999")
 	fs.BoolVar(&o.NoInterpreter, "no-interpreter", false, "do not serve the code interpreter: port 49999 is the guest's own")
+	fs.StringVar(&o.E2BRunDir, "e2b-run-dir", "/run/e2b", "envd's run directory (.E2B_SANDBOX, .E2B_SANDBOX_ID); empty: none")
 	tokenFile := fs.String("token-file", "", "file holding the access token (default: $HEARTH_AGENT_TOKEN)")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -449,3 +449,24 @@ func TestStart_RunsAsTheDefaultUserOrTheOneTheSDKNames(t *testing.T) {
 	res = ta.run(`id -u`, nil, "/", map[string]string{"Authorization": unknown})
 	require.Equal(t, "65534\n", res.stdout)
 }
+
+// TestAgent_SandboxIdentityEnvAndRunFiles: every process sees
+// E2B_SANDBOX=true; after a request naming the sandbox (SandboxIDHeader)
+// it sees E2B_SANDBOX_ID too, and envd's run files hold both. A malformed
+// id is ignored; a later one (a fork child addressed by its own id) wins.
+func TestAgent_SandboxIdentityEnvAndRunFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run-e2b")
+	ta := startAgent(t, func(o *Options) { o.E2BRunDir = dir })
+	b, err := os.ReadFile(filepath.Join(dir, ".E2B_SANDBOX"))
+	require.NoError(t, err)
+	require.Equal(t, "true", string(b))
+	env := `echo "$E2B_SANDBOX/$E2B_SANDBOX_ID"`
+	require.Equal(t, "true/\n", ta.run(env, nil, "", nil).stdout)
+	require.Equal(t, "true/sbabc\n", ta.run(env, nil, "", map[string]string{SandboxIDHeader: "sbabc"}).stdout)
+	require.Equal(t, "true/sbabc\n", ta.run(env, nil, "", map[string]string{SandboxIDHeader: "../x"}).stdout, "malformed: ignored")
+	require.Equal(t, "true/sbdef\n", ta.run(env, nil, "", map[string]string{SandboxIDHeader: "sbdef"}).stdout)
+	b, err = os.ReadFile(filepath.Join(dir, ".E2B_SANDBOX_ID"))
+	require.NoError(t, err)
+	require.Equal(t, "sbdef", string(b))
+	require.Equal(t, "mine\n", ta.run(`echo "$E2B_SANDBOX_ID"`, map[string]string{"E2B_SANDBOX_ID": "mine"}, "", nil).stdout, "a request's env wins")
+}

@@ -49,6 +49,7 @@ var forwarder = &httputil.ReverseProxy{
 		pr.Out.Host = net.JoinHostPort("localhost", port)
 		pr.Out.Header.Del(ForwardPortHeader)
 		pr.Out.Header.Del("X-Access-Token")
+		pr.Out.Header.Del(SandboxIDHeader)
 	},
 	ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 		if r.Context().Err() != nil {

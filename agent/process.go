@@ -205,8 +205,9 @@ func (p *process) signal(sig syscall.Signal) error {
 	return nil
 }
 
-// environ builds a process environment: the agent's, Options.Env, the
-// /init env vars, HOME (and USER for another account), then the request's.
+// environ builds a process environment: the agent's, Options.Env,
+// E2B_SANDBOX=true and E2B_SANDBOX_ID (SandboxIDHeader), the /init env
+// vars, HOME (and USER for another account), then the request's.
 func (a *agent) environ(req map[string]string, acct *account) []string {
 	env := map[string]string{}
 	for _, kv := range os.Environ() {
@@ -217,7 +218,11 @@ func (a *agent) environ(req map[string]string, acct *account) []string {
 	for k, v := range a.o.Env {
 		env[k] = v
 	}
+	env["E2B_SANDBOX"] = "true"
 	a.mu.Lock()
+	if a.sandboxID != "" {
+		env["E2B_SANDBOX_ID"] = a.sandboxID
+	}
 	for k, v := range a.initEnv {
 		env[k] = v
 	}

@@ -481,3 +481,23 @@ func TestDataPlane_AClosedPortAnswersAsE2b(t *testing.T) {
 	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
 	require.JSONEq(t, fmt.Sprintf(`{"code":502,"message":"The sandbox was not found","sandboxId":%q}`, s.SandboxID), string(b))
 }
+
+// TestDataPlane_ProcessesKnowTheirSandbox: as on e2b, a process sees
+// E2B_SANDBOX=true and E2B_SANDBOX_ID, the id it was addressed by — a fork
+// child its own, not its source's (agent.SandboxIDHeader).
+func TestDataPlane_ProcessesKnowTheirSandbox(t *testing.T) {
+	g := startGateway(t)
+	s := g.create(map[string]any{"templateID": "rt"})
+	status, out, _ := g.run(s.SandboxID, *s.EnvdAccessToken, `echo "$E2B_SANDBOX $E2B_SANDBOX_ID"`)
+	require.Equal(t, 200, status)
+	require.Equal(t, "true "+s.SandboxID+"\n", out)
+
+	var forked []struct{ Sandbox sandboxJSON }
+	resp, _ := g.call("POST", "/sandboxes/"+s.SandboxID+"/fork", map[string]any{"count": 1}, &forked)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	child := forked[0].Sandbox
+	require.NotEqual(t, s.SandboxID, child.SandboxID)
+	status, out, _ = g.run(child.SandboxID, *child.EnvdAccessToken, `echo "$E2B_SANDBOX_ID"`)
+	require.Equal(t, 200, status)
+	require.Equal(t, child.SandboxID+"\n", out)
+}

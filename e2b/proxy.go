@@ -162,6 +162,8 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 	// Any other port than envd's is reached through the agent's forward
 	// (agent.ForwardPortHeader); a client never picks it directly.
 	r.Header.Del(agent.ForwardPortHeader)
+	// The agent learns the id it is addressed by (E2B_SANDBOX_ID).
+	r.Header.Set(agent.SandboxIDHeader, RenderID(rt.id))
 	if port != EnvdPort {
 		r.Header.Set(agent.ForwardPortHeader, strconv.Itoa(port))
 	}
