@@ -52,7 +52,7 @@ async function pollUntil(what, cond, timeoutMs = 20_000) {
   }
 }
 
-test('the guest is the image: python3, os-release, user, home, sudo', async () => {
+test('the guest is the image: python3, os-release, user, home, sudo; it knows its sandbox id', async () => {
   await withSandbox(async (sbx) => {
     assert.equal((await run(sbx, "python3 -c 'print(6*7)'")).stdout.trim(), '42')
     assert.match((await run(sbx, 'cat /etc/os-release')).stdout, /bookworm/)
@@ -60,6 +60,9 @@ test('the guest is the image: python3, os-release, user, home, sudo', async () =
     assert.equal((await run(sbx, 'pwd')).stdout.trim(), '/home/user')
     assert.equal((await run(sbx, 'sudo -n id -u')).stdout.trim(), '0')
     assert.match((await run(sbx, 'git --version')).stdout, /^git version/)
+    assert.equal((await run(sbx, "python -c 'print(1)'")).stdout.trim(), '1')
+    assert.equal((await run(sbx, 'echo "$E2B_SANDBOX $E2B_SANDBOX_ID"')).stdout.trim(), `true ${sbx.sandboxId}`)
+    assert.equal((await run(sbx, 'cat /run/e2b/.E2B_SANDBOX /run/e2b/.E2B_SANDBOX_ID')).stdout.trim(), `true${sbx.sandboxId}`)
   })
 })
 
