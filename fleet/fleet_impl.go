@@ -14,6 +14,7 @@ import (
 
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
+	"github.com/hearthvm/hearth/sandbox"
 )
 
 // Locator finds sandboxes in a live fleet view, as of its last applied
@@ -28,6 +29,17 @@ type Locator interface {
 	// List returns the entries keep accepts (nil: every one).
 	List(keep func(inventory.Item) bool) ([]inventory.Versioned, uint64)
 }
+
+// awaiter is a Locator that can wait for a claim's entry to reach a state
+// (fleetview.Live's AwaitID).
+type awaiter interface {
+	AwaitID(ctx context.Context, id string, cond func(v inventory.Versioned, ok bool) bool) bool
+}
+
+// settleTimeout bounds how long a pause, resume or release waits for the
+// Locator to show it (settle). A streaming view shows a change within a
+// few milliseconds; a node whose stream is down is waited for no longer.
+const settleTimeout = time.Second
 
 // Config configures New.
 type Config struct {
@@ -663,8 +675,30 @@ func (f *NodeFleet) Release(ctx context.Context, s nodeapi.Sandbox) error {
 	err = nodeErr(c.Release(ctx, s.ID))
 	if err == nil || errors.Is(err, ErrNotFound) {
 		f.index.forget(s.ClaimRef, s.ID)
+		f.settle(ctx, s.ID, func(_ inventory.Versioned, ok bool) bool { return !ok })
 	}
 	return err
+}
+
+// settle waits, at most settleTimeout, until the Locator shows what the
+// node just did to claim id (cond), so that the caller's next list reads
+// its own write: a paused sandbox listed as paused, a released one gone.
+// Without an awaiting Locator it returns at once.
+func (f *NodeFleet) settle(ctx context.Context, id string, cond func(v inventory.Versioned, ok bool) bool) {
+	aw, ok := f.cfg.Locator.(awaiter)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	aw.AwaitID(ctx, id, cond)
+}
+
+// settlePhase is settle until id's entry is gone or paused (or not).
+func (f *NodeFleet) settlePhase(ctx context.Context, id string, paused bool) {
+	f.settle(ctx, id, func(v inventory.Versioned, ok bool) bool {
+		return !ok || (v.Item.Entry.Phase == sandbox.PhasePaused) == paused
+	})
 }
 
 // Pause pauses s.
@@ -673,7 +707,11 @@ func (f *NodeFleet) Pause(ctx context.Context, s nodeapi.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	return nodeErr(c.Pause(ctx, s.ID))
+	if err := nodeErr(c.Pause(ctx, s.ID)); err != nil {
+		return err
+	}
+	f.settlePhase(ctx, s.ID, true)
+	return nil
 }
 
 // PauseWithoutMemory pauses s without its memory (nodeapi.PauseRequest):
@@ -684,7 +722,11 @@ func (f *NodeFleet) PauseWithoutMemory(ctx context.Context, s nodeapi.Sandbox) e
 		return err
 	}
 	keep := false
-	return nodeErr(c.PauseWith(ctx, s.ID, nodeapi.PauseRequest{Memory: &keep}))
+	if err := nodeErr(c.PauseWith(ctx, s.ID, nodeapi.PauseRequest{Memory: &keep})); err != nil {
+		return err
+	}
+	f.settlePhase(ctx, s.ID, true)
+	return nil
 }
 
 // Resume resumes s.
@@ -693,7 +735,11 @@ func (f *NodeFleet) Resume(ctx context.Context, s nodeapi.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	return nodeErr(c.Resume(ctx, s.ID))
+	if err := nodeErr(c.Resume(ctx, s.ID)); err != nil {
+		return err
+	}
+	f.settlePhase(ctx, s.ID, false)
+	return nil
 }
 
 // Fork clones s count times on its node; children are indexed at once.

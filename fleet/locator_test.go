@@ -184,3 +184,50 @@ func TestFleet_OverALiveViewFindsDirectClaimsAtOnce(t *testing.T) {
 		t.Fatalf("after release: ByID = %+v, %v; want ErrNotFound", got, err)
 	}
 }
+
+// Over a live view, Pause, Resume and Release return once the view shows
+// them: a list right after reads the caller's own write (e2b's
+// Sandbox.list after betaPause), with no wait of the caller's own.
+func TestFleet_OverALiveViewPauseResumeReleaseReadTheirWrites(t *testing.T) {
+	f := fleettest.Start(t, 1)
+	f.SetWarm(t, spec, 1)
+	live := fleetview.New(f.View, fleetview.Config{Secret: fleettest.Secret})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); live.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := live.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fl := fleet.New(fleet.Config{View: live, Secret: fleettest.Secret})
+	s, err := fl.Claim(ctx, fleet.Request{Key: key, Ref: "ns/rw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	phase := func() string {
+		v, ok := live.CurrentByID(s.ID)
+		if !ok {
+			return "gone"
+		}
+		return v.Entry.Phase
+	}
+	fleettest.Eventually(t, time.Second, func() bool { return phase() == "Running" }, "claim in the live view")
+	for _, step := range []struct {
+		name string
+		do   func() error
+		want string
+	}{
+		{"pause", func() error { return fl.Pause(ctx, s) }, "Paused"},
+		{"resume", func() error { return fl.Resume(ctx, s) }, "Running"},
+		{"pause without memory", func() error { return fl.PauseWithoutMemory(ctx, s) }, "Paused"},
+		{"resume", func() error { return fl.Resume(ctx, s) }, "Running"},
+		{"release", func() error { return fl.Release(ctx, s) }, "gone"},
+	} {
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if got := phase(); got != step.want {
+			t.Fatalf("right after %s the live view shows %s, want %s", step.name, got, step.want)
+		}
+	}
+}

@@ -165,6 +165,11 @@ func (l *Live) Current(name string) (inventory.Versioned, bool) { return l.store
 // CurrentByID returns the entry of a claim id; see Store.CurrentByID.
 func (l *Live) CurrentByID(id string) (inventory.Versioned, bool) { return l.store.CurrentByID(id) }
 
+// AwaitID waits for cond on claim id's entry; see Store.AwaitID.
+func (l *Live) AwaitID(ctx context.Context, id string, cond func(v inventory.Versioned, ok bool) bool) bool {
+	return l.store.AwaitID(ctx, id, cond)
+}
+
 // Streaming reports whether node's change stream is applied; see
 // Store.Streaming.
 func (l *Live) Streaming(node string) bool { return l.store.Streaming(node) }

@@ -1,6 +1,7 @@
 package fleetview
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"sort"
@@ -466,6 +467,30 @@ func (s *Store) CurrentByID(id string) (inventory.Versioned, bool) {
 		return inventory.Versioned{}, false
 	}
 	return inventory.Versioned{Item: s.item(r), Rev: r.rev}, true
+}
+
+// AwaitID waits until cond holds for the entry of claim id (ok false: the
+// store holds none) or ctx ends, and reports whether it held. It wakes on
+// every change the store applies; it never polls.
+func (s *Store) AwaitID(ctx context.Context, id string, cond func(v inventory.Versioned, ok bool) bool) bool {
+	for {
+		s.mu.RLock()
+		var v inventory.Versioned
+		r := s.ids.first(id)
+		if r != nil {
+			v = inventory.Versioned{Item: s.item(r), Rev: r.rev}
+		}
+		next := s.notify
+		s.mu.RUnlock()
+		if cond(v, r != nil) {
+			return true
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // Since returns the changes after revision rv (at most max; 0 means all),

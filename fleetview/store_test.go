@@ -1,6 +1,7 @@
 package fleetview
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -432,4 +433,24 @@ func TestClaimTime_MillisecondsSurviveAPublishedFallback(t *testing.T) {
 	s.SetPublished(&pub, t0.Add(2*time.Second))
 	eq(t, changes(t, s, rv), nil)
 	check("after the fallback")
+}
+
+// TestAwaitID_WakesOnTheChangeOrGivesUpWithItsContext.
+func TestAwaitID_WakesOnTheChangeOrGivesUpWithItsContext(t *testing.T) {
+	s := NewStore(0)
+	s.SetPublished(published("n1", "a:1"), t0)
+	mustApply(t, s, "n1", snapshot("e1", 1))
+	present := func(_ inventory.Versioned, ok bool) bool { return ok }
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if s.AwaitID(ctx, "sb_x", present) {
+		t.Fatal("an entry nobody adds: AwaitID must give up with its context")
+	}
+	go func() { _ = s.Apply("n1", put("e1", 2, sb("sb_x", "ns/x")), t0) }()
+	if !s.AwaitID(context.Background(), "sb_x", present) {
+		t.Fatal("AwaitID returned false without a deadline")
+	}
+	if !s.AwaitID(context.Background(), "sb_x", present) {
+		t.Fatal("a condition that already holds returns at once")
+	}
 }
