@@ -74,6 +74,24 @@ func (s *sandboxStorage) watchView(ctx context.Context, w *sandboxWatch, f filte
 	if bookmark && !send(watch.Bookmark, bookmarkObject(fmt.Sprint(prev.Sum()))) {
 		return
 	}
+	s.everyTick(ctx, w, func() bool {
+		cur := s.view.View()
+		if cur == prev {
+			return true
+		}
+		for _, ev := range inventory.Diff(prev, cur, f.keep) {
+			if !send(watch.EventType(ev.Type), itemObject(ev.Item)) {
+				return false
+			}
+		}
+		prev = cur
+		return true
+	})
+}
+
+// everyTick calls step every s.interval until ctx ends, the watch is
+// stopped or step returns false.
+func (s *sandboxStorage) everyTick(ctx context.Context, w *sandboxWatch, step func() bool) {
 	tick := time.NewTicker(s.interval)
 	defer tick.Stop()
 	for {
@@ -84,16 +102,9 @@ func (s *sandboxStorage) watchView(ctx context.Context, w *sandboxWatch, f filte
 			return
 		case <-tick.C:
 		}
-		cur := s.view.View()
-		if cur == prev {
-			continue
+		if !step() {
+			return
 		}
-		for _, ev := range inventory.Diff(prev, cur, f.keep) {
-			if !send(watch.EventType(ev.Type), itemObject(ev.Item)) {
-				return
-			}
-		}
-		prev = cur
 	}
 }
 
@@ -125,16 +136,7 @@ func (s *sandboxStorage) watchPinned(ctx context.Context, w *sandboxWatch, ref s
 	if bookmark && !send(watch.Bookmark, bookmarkObject(rv)) {
 		return
 	}
-	tick := time.NewTicker(s.interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.done:
-			return
-		case <-tick.C:
-		}
+	s.everyTick(ctx, w, func() bool {
 		var cur *sandboxv1beta1.Sandbox
 		sb, err := s.fleet.LiveByRef(ctx, ref)
 		switch {
@@ -143,22 +145,18 @@ func (s *sandboxStorage) watchPinned(ctx context.Context, w *sandboxWatch, ref s
 				cur = s.read(ctx, sb)
 			}
 		case !errors.Is(err, fleet.ErrNotFound) || errors.Is(err, fleet.ErrIncomplete):
-			continue // a node did not answer: keep the last state
+			return true // a node did not answer: keep the last state
 		}
+		ok := true
 		switch {
 		case prev == nil && cur != nil:
-			if !send(watch.Added, cur) {
-				return
-			}
+			ok = send(watch.Added, cur)
 		case prev != nil && cur == nil:
-			if !send(watch.Deleted, prev) {
-				return
-			}
+			ok = send(watch.Deleted, prev)
 		case prev != nil && cur != nil && prev.ResourceVersion != cur.ResourceVersion:
-			if !send(watch.Modified, cur) {
-				return
-			}
+			ok = send(watch.Modified, cur)
 		}
 		prev = cur
-	}
+		return ok
+	})
 }
