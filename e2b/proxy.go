@@ -123,7 +123,7 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 	rt, err := g.route(r.Context(), id, anonymous)
 	if err != nil {
 		if errors.Is(err, fleet.ErrNotFound) {
-			writeE2bProxyError(w, proxyError{Code: http.StatusBadGateway, Message: sandboxNotFoundMessage, SandboxID: id})
+			writeJSON(w, http.StatusBadGateway, proxyError{apiError: apiError{Code: http.StatusBadGateway, Message: sandboxNotFoundMessage}, SandboxID: id})
 			return
 		}
 		writeError(w, http.StatusBadGateway, "sandbox %q: %v", id, err)
@@ -243,23 +243,12 @@ const (
 	closedPortMessage      = "The sandbox is running but port is not open"
 )
 
-// proxyError is the body of those answers.
+// proxyError is the body of those answers: the API's error body and the
+// sandbox (and port) it is about.
 type proxyError struct {
-	Code      int    `json:"code"`
-	Message   string `json:"message"`
+	apiError
 	SandboxID string `json:"sandboxId"`
 	Port      int    `json:"port,omitempty"`
-}
-
-func (e proxyError) body() []byte {
-	b, _ := json.Marshal(e)
-	return append(b, '\n')
-}
-
-func writeE2bProxyError(w http.ResponseWriter, e proxyError) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.Code)
-	_, _ = w.Write(e.body())
 }
 
 // closedPort rewrites the agent's 502 for a closed guest port
@@ -281,7 +270,7 @@ func closedPort(resp *http.Response) error {
 	} else {
 		n, _ := strconv.Atoi(port)
 		resp.Header.Set("Content-Type", "application/json")
-		body = proxyError{Code: http.StatusBadGateway, Message: closedPortMessage, SandboxID: id, Port: n}.body()
+		body, _ = json.Marshal(proxyError{apiError: apiError{Code: http.StatusBadGateway, Message: closedPortMessage}, SandboxID: id, Port: n})
 	}
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))

@@ -462,6 +462,11 @@ func (s *Store) Current(name string) (inventory.Versioned, bool) {
 func (s *Store) CurrentByID(id string) (inventory.Versioned, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	return s.currentByID(id)
+}
+
+// currentByID is CurrentByID; call with s.mu held.
+func (s *Store) currentByID(id string) (inventory.Versioned, bool) {
 	r := s.ids.first(id)
 	if r == nil {
 		return inventory.Versioned{}, false
@@ -475,14 +480,10 @@ func (s *Store) CurrentByID(id string) (inventory.Versioned, bool) {
 func (s *Store) AwaitID(ctx context.Context, id string, cond func(v inventory.Versioned, ok bool) bool) bool {
 	for {
 		s.mu.RLock()
-		var v inventory.Versioned
-		r := s.ids.first(id)
-		if r != nil {
-			v = inventory.Versioned{Item: s.item(r), Rev: r.rev}
-		}
+		v, ok := s.currentByID(id)
 		next := s.notify
 		s.mu.RUnlock()
-		if cond(v, r != nil) {
+		if cond(v, ok) {
 			return true
 		}
 		select {
