@@ -24,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/hearthvm/hearth/e2e/cluster"
 	"github.com/hearthvm/hearth/nodeapi"
@@ -110,18 +109,11 @@ func TestFault(t *testing.T) {
 	if err := cluster.CheckBinaries(bins); err != nil {
 		t.Skipf("SKIP fault-injection e2e: %v", err)
 	}
-	bin, why := hearthBinaries(t)
-	for _, name := range []string{"sandbox-agent", "sandboxd", "sandbox-apiserver"} {
-		if bin[name] == "" {
-			t.Skipf("SKIP fault-injection e2e: %s", why[name])
-		}
-	}
+	bin := needHearth(t, "fault-injection e2e", "sandbox-agent", "sandboxd", "sandbox-apiserver")
 	start := time.Now()
 	cp := startControlPlane(t, bins, "hearth-fault-")
 
-	e := &env{cp: cp, nodes: map[string]string{}, warmPer: faultWarmPerNode}
-	e.cs = kubernetes.NewForConfigOrDie(cp.Config(cluster.AdminToken))
-	e.dyn = dynamic.NewForConfigOrDie(cp.Config(cluster.AdminToken))
+	e := (&env{cp: cp, nodes: map[string]string{}, warmPer: faultWarmPerNode}).connect()
 	f := &faultRun{e: e, proxies: map[string]*cluster.DelayProxy{}, bin: bin}
 	e.advertise = func(node, listen string) string {
 		if node != faultSlow {

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/hearthvm/hearth/e2e/cluster"
@@ -55,18 +54,11 @@ func TestFreshness(t *testing.T) {
 	if err := cluster.CheckBinaries(bins); err != nil {
 		t.Skipf("SKIP real-cluster e2e: %v", err)
 	}
-	bin, why := hearthBinaries(t)
-	for _, name := range []string{"sandbox-agent", "sandboxd", "sandbox-apiserver"} {
-		if bin[name] == "" {
-			t.Skipf("SKIP: %s", why[name])
-		}
-	}
+	bin := needHearth(t, "freshness e2e", "sandbox-agent", "sandboxd", "sandbox-apiserver")
 	start := time.Now()
 	cp := startControlPlane(t, bins, "hearth-e2e-fresh-")
 
-	e := &env{cp: cp, nodes: map[string]string{}, inventoryInterval: freshInventoryInterval}
-	e.cs = kubernetes.NewForConfigOrDie(cp.Config(cluster.AdminToken))
-	e.dyn = dynamic.NewForConfigOrDie(cp.Config(cluster.AdminToken))
+	e := (&env{cp: cp, nodes: map[string]string{}, inventoryInterval: freshInventoryInterval}).connect()
 	mustKubectl(t, cp.Admin, "", "apply", "--server-side", "-k", repoRoot+"/deploy/base")
 	mustKubectl(t, cp.Admin, "", "wait", "--for=condition=Established", "--timeout=60s", "crd/nodeinventories.sandbox.cocoonstack.io")
 	e.startNodes(t, bin)

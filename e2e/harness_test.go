@@ -43,6 +43,19 @@ var (
 	buildErrs map[string]string // cmd name -> why it is unavailable
 )
 
+// needHearth returns the repo's commands (hearthBinaries), skipping t
+// ("SKIP <what>: why") when one of names is unavailable.
+func needHearth(t *testing.T, what string, names ...string) map[string]string {
+	t.Helper()
+	bin, why := hearthBinaries(t)
+	for _, name := range names {
+		if bin[name] == "" {
+			t.Skipf("SKIP %s: %s", what, why[name])
+		}
+	}
+	return bin
+}
+
 // hearthBinaries builds the repo's commands the harness runs, once per test
 // binary, into .cache/bin/hearth (sandbox-agent next to sandboxd, where the
 // sim VMM looks for it). A command whose main package does not exist yet is

@@ -92,6 +92,13 @@ type env struct {
 	apiKC string
 }
 
+// connect makes e's administrator clients for its control plane.
+func (e *env) connect() *env {
+	e.cs = kubernetes.NewForConfigOrDie(e.cp.Config(cluster.AdminToken))
+	e.dyn = dynamic.NewForConfigOrDie(e.cp.Config(cluster.AdminToken))
+	return e
+}
+
 // warmPerNodeOf is the warm microVMs per node the warm-pool step asks for.
 func (e *env) warmPerNodeOf() int32 {
 	if e.warmPer > 0 {
@@ -110,9 +117,7 @@ func TestRealCluster(t *testing.T) {
 
 	cp := startControlPlane(t, bins, "hearth-e2e-")
 
-	e := &env{cp: cp, nodes: map[string]string{}}
-	e.cs = kubernetes.NewForConfigOrDie(cp.Config(cluster.AdminToken))
-	e.dyn = dynamic.NewForConfigOrDie(cp.Config(cluster.AdminToken))
+	e := (&env{cp: cp, nodes: map[string]string{}}).connect()
 
 	if !t.Run("deploy-base-applies", e.applyBase) {
 		t.FailNow()
