@@ -24,14 +24,7 @@ import (
 // server that lists, watches and routes from it.
 func startLive(t *testing.T, f *fleettest.Fleet) (*server, *fleetview.Live) {
 	t.Helper()
-	live := fleetview.New(f.View, fleetview.Config{Secret: fleettest.Secret})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); live.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	if err := live.WaitForSync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	live := f.StartLive(t)
 	s := startServerWith(t, f, func(o *hearthserver.Options) {
 		o.View, o.Live = live, live
 		o.Fleet = fleet.New(fleet.Config{View: live, Secret: fleettest.Secret})

@@ -11,7 +11,6 @@ import (
 
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/fleet/fleettest"
-	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 )
@@ -150,7 +149,7 @@ func TestFleet_LookupsReadTheLocatorNotTheViewsEntries(t *testing.T) {
 func TestFleet_OverALiveViewFindsDirectClaimsAtOnce(t *testing.T) {
 	f := fleettest.Start(t, 2)
 	f.SetWarm(t, spec, 1, 1)
-	live := startLive(t, f)
+	live := f.StartLive(t)
 	ctx := context.Background()
 	fl := fleet.New(fleet.Config{View: live, Secret: fleettest.Secret})
 	n1 := f.Nodes[1]
@@ -185,7 +184,7 @@ func TestFleet_OverALiveViewFindsDirectClaimsAtOnce(t *testing.T) {
 func TestFleet_OverALiveViewPauseResumeReleaseReadTheirWrites(t *testing.T) {
 	f := fleettest.Start(t, 1)
 	f.SetWarm(t, spec, 1)
-	live := startLive(t, f)
+	live := f.StartLive(t)
 	ctx := context.Background()
 	fl := fleet.New(fleet.Config{View: live, Secret: fleettest.Secret})
 	s, err := fl.Claim(ctx, fleet.Request{Key: key, Ref: "ns/rw"})
@@ -218,19 +217,4 @@ func TestFleet_OverALiveViewPauseResumeReleaseReadTheirWrites(t *testing.T) {
 			t.Fatalf("right after %s the live view shows %s, want %s", step.name, got, step.want)
 		}
 	}
-}
-
-// startLive runs a fleetview.Live over f's nodes until the test ends and
-// waits for its first sync.
-func startLive(t *testing.T, f *fleettest.Fleet) *fleetview.Live {
-	t.Helper()
-	live := fleetview.New(f.View, fleetview.Config{Secret: fleettest.Secret})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); live.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	if err := live.WaitForSync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return live
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/nodeapi"
@@ -196,4 +197,20 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// StartLive runs a fleetview.Live over f's nodes (their published
+// inventories and change streams) until the test ends, and waits for its
+// first sync.
+func (f *Fleet) StartLive(t testing.TB) *fleetview.Live {
+	t.Helper()
+	live := fleetview.New(f.View, fleetview.Config{Secret: Secret})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); live.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := live.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return live
 }
