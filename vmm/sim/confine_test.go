@@ -370,9 +370,11 @@ func TestClone_FreshTokenAndDial(t *testing.T) {
 	}
 }
 
-// A re-key through the agent survives a Stop/Restore: the agent persists it
-// in its token file and the driver carries it back to the Handle.
-func TestRekey_SurvivesRestart(t *testing.T) {
+// A re-key through the agent (only a tenant can do that in sim) lasts
+// until the VM restarts: the host's token is the truth, and a restarted VM
+// answers the token the node gave it again. Nothing is read back from the
+// guest.
+func TestRekey_HostTokenWinsAfterRestart(t *testing.T) {
 	ctx := context.Background()
 	d := newDriver(t, t.TempDir())
 	h := boot(t, d, vmm.Spec{ID: "vm", Net: "none", Token: "first"})
@@ -392,19 +394,67 @@ func TestRekey_SurvivesRestart(t *testing.T) {
 	if h, err = d.Restore(ctx, h); err != nil {
 		t.Fatal(err)
 	}
-	if h.Token != "second" {
-		t.Fatalf("token after restart %q", h.Token)
+	if h.Token != "first" {
+		t.Fatalf("token after restart %q, want the host's %q", h.Token, "first")
 	}
 	if r := run(t, h, "echo ok"); r.stdout != "ok\n" {
-		t.Fatalf("new token after restart: %v", r)
+		t.Fatalf("host token after restart: %v", r)
 	}
-	old := h
-	old.Token = "first"
-	if code := runStatus(t, old); code != http.StatusUnauthorized {
-		t.Fatalf("old token after restart: HTTP %d", code)
+	rekeyed := h
+	rekeyed.Token = "second"
+	if code := runStatus(t, rekeyed); code != http.StatusUnauthorized {
+		t.Fatalf("the guest's own token after restart: HTTP %d", code)
 	}
 	if r := run(t, h, "/bin/bash -l -c 'echo $0 ok'"); r.exit != 0 || !strings.HasSuffix(r.stdout, "ok\n") {
 		t.Fatalf("/bin/bash -l -c: %v", r)
+	}
+}
+
+// A guest's root that makes its token file a link to a host path (absolute,
+// relative, through /proc/1/root) never gets the host to read that file:
+// not on Stop, Restore (re-attach or restart), Pause or Resume; the handle
+// keeps the node's token.
+func TestToken_GuestSymlinkNeverReadByHost(t *testing.T) {
+	ctx := context.Background()
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(secret, []byte("HOST-SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{secret, "../../../../../../../../.." + secret, "/proc/1/root" + secret} {
+		t.Run(strings.ReplaceAll(target, "/", "_"), func(t *testing.T) {
+			d := newDriver(t, t.TempDir())
+			h := boot(t, d, vmm.Spec{ID: "vm", Net: "none", Token: "tok"})
+			if r := run(t, h, "ln -sf '"+target+"' /.hearth/token && echo ok"); r.stdout != "ok\n" {
+				t.Fatalf("ln: %v", r)
+			}
+			check := func(when string, h vmm.Handle) {
+				t.Helper()
+				if h.Token != "tok" {
+					t.Fatalf("%s: handle token %q (the host file is %q)", when, h.Token, "HOST-SECRET")
+				}
+			}
+			var err error
+			if h, err = d.Pause(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			check("pause", h)
+			if h, err = d.Resume(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			check("resume", h)
+			if h, err = d.Restore(ctx, h); err != nil { // re-attach
+				t.Fatal(err)
+			}
+			check("re-attach", h)
+			if h, err = d.Stop(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			check("stop", h)
+			if h, err = d.Restore(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			check("restart", h)
+		})
 	}
 }
 

@@ -160,7 +160,10 @@
 // (it lived only in the source's tmpfs and memory). Process state is not
 // checkpointed: a clone boots afresh on the copied disk.
 //
-// A re-key through the agent (POST /hearth/identity) is persisted by the
-// agent in /.hearth/token; the driver copies it back to token on Stop and on
-// re-adoption, so a restarted VM keeps its current token.
+// The token is the node's (spec.Token), written by the driver to <dir>/token
+// and handed to each start of the init; no secret is ever read back from
+// the guest. A re-key through the agent (POST /hearth/identity, which only
+// the tenant can reach in sim) lasts until the VM restarts: Stop/Restore
+// bring it back with the host's token, which is what the node's record
+// holds.
 package sim

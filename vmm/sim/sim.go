@@ -289,6 +289,9 @@ func writeRecord(dir string, r record) error {
 	return uds.WriteJSON(filepath.Join(dir, recordFile), r)
 }
 
+// handle is the Handle of the VM in dir. Its token is the host's (the file
+// the driver wrote from spec.Token): nothing is ever read back from the
+// guest.
 func (d *Driver) handle(dir string, r record) vmm.Handle {
 	tok, _ := os.ReadFile(filepath.Join(dir, tokenFile))
 	return vmm.Handle{
@@ -815,27 +818,9 @@ func (d *Driver) Stop(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
 	return out, nil
 }
 
-// syncToken copies the token the running agent holds (it persists a
-// re-key to /.hearth/token, see agent.IdentityPath) into the VM's token
-// file, so Restore and the Handle carry the current one.
-func (d *Driver) syncToken(dir string, r record) {
-	if owned, err := d.owns(r); !owned || err != nil {
-		return
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/root%s", r.PID, guestTokenFile))
-	tok := strings.TrimSpace(string(b))
-	if owned, oerr := d.owns(r); err != nil || tok == "" || !owned || oerr != nil {
-		return
-	}
-	if old, _ := os.ReadFile(filepath.Join(dir, tokenFile)); strings.TrimSpace(string(old)) != tok {
-		_ = os.WriteFile(filepath.Join(dir, tokenFile), []byte(tok), 0o600)
-	}
-}
-
 // teardown ends everything of the VM but its directory: forwarder,
 // processes (the whole cgroup), the root mount, the cgroup.
 func (d *Driver) teardown(dir string, r record) error {
-	d.syncToken(dir, r)
 	d.dropForwarder(r.ID)
 	killLegacy(dir, r.PID)
 	cg := d.cgroupOf(r)
@@ -901,7 +886,6 @@ func (d *Driver) Restore(ctx context.Context, h vmm.Handle) (vmm.Handle, error) 
 		_ = cg.freeze(false)
 		if fwd, err := d.attach(ctx, r); err == nil {
 			attached = true
-			d.syncToken(dir, r)
 			r.Addr = fwd.addr()
 			d.log.V(2).Info("Re-adopted running VM", "vm", h.ID, "pid", r.PID, "addr", r.Addr)
 		} else {
