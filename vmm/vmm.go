@@ -26,7 +26,11 @@ type Spec struct {
 	Template string
 	// Net is the lane: "none" or "egress".
 	Net string
-	// Size is the size class: "small", "medium" or "large".
+	// Size is the size class: "small", "medium" or "large". It sets the
+	// VM's CPUs and memory; its disk (the writable root file system) is
+	// the driver's disk size for every class (Options.DiskBytes of sim
+	// and qemu, default DefaultDiskBytes), and a clone keeps the disk size
+	// of its checkpoint.
 	Size string
 	// Token is the agent's access token (the sandbox token).
 	Token string
@@ -52,6 +56,10 @@ type Handle struct {
 	Meta map[string]string `json:"meta,omitempty"`
 }
 
+// DefaultDiskBytes is a VM's disk (its writable root file system) when the
+// node sets none: e2b's 10 GiB, for every size class.
+const DefaultDiskBytes = 10 << 30
+
 // Stats are a VM's resource figures.
 type Stats struct {
 	CPUCount      int   `json:"cpu_count"`
@@ -60,11 +68,16 @@ type Stats struct {
 	// MemUsedMeasured is false when the VM is paused or not measurable.
 	MemUsedMeasured bool `json:"mem_used_measured"`
 	// RSS, private and shared bytes of the VM's process(es), from smaps.
-	RSSBytes     int64     `json:"rss_bytes,omitempty"`
-	PrivateBytes int64     `json:"private_bytes,omitempty"`
-	SharedBytes  int64     `json:"shared_bytes,omitempty"`
-	CPUSeconds   float64   `json:"cpu_seconds,omitempty"`
-	MeasuredAt   time.Time `json:"measured_at"`
+	RSSBytes     int64   `json:"rss_bytes,omitempty"`
+	PrivateBytes int64   `json:"private_bytes,omitempty"`
+	SharedBytes  int64   `json:"shared_bytes,omitempty"`
+	CPUSeconds   float64 `json:"cpu_seconds,omitempty"`
+	// DiskTotalBytes and DiskUsedBytes are the size of the VM's writable
+	// disk and the bytes in use on it, from its file system (statfs), or
+	// 0 when the backend cannot tell.
+	DiskTotalBytes int64     `json:"disk_total_bytes,omitempty"`
+	DiskUsedBytes  int64     `json:"disk_used_bytes,omitempty"`
+	MeasuredAt     time.Time `json:"measured_at"`
 }
 
 // Driver is one VMM backend. Methods are safe for concurrent use on
@@ -79,7 +92,11 @@ type Driver interface {
 	// Resume undoes Pause.
 	Resume(ctx context.Context, h Handle) (Handle, error)
 	// Snapshot writes a checkpoint of h (memory, devices, disk) into dir,
-	// which must not exist. The VM is left in the state it had.
+	// which must not exist. The VM is left in the state it had. When ctx
+	// carries a byte bound (WithSnapshotLimit), a driver that honours it
+	// stops writing once the checkpoint would take more of the host's
+	// disk, removes what it wrote and fails with ErrSnapshotTooLarge
+	// (sim and qemu do; a caller still measures the result).
 	Snapshot(ctx context.Context, h Handle, dir string) error
 	// Clone starts a new VM from the checkpoint in dir with the fresh
 	// identity of spec (ID, token, address) and returns once its agent
@@ -115,4 +132,24 @@ var (
 	ErrUnsupported     = errors.New("operation not supported by this backend")
 	ErrSnapshotInvalid = errors.New("checkpoint is invalid")
 	ErrVMMExited       = errors.New("vmm process exited")
+	// ErrSnapshotTooLarge: the checkpoint would pass the byte bound of
+	// WithSnapshotLimit; nothing of it is left.
+	ErrSnapshotTooLarge = errors.New("checkpoint exceeds the bytes allowed")
 )
+
+type snapshotLimitKey struct{}
+
+// WithSnapshotLimit returns ctx carrying the most bytes a Snapshot made
+// with it may write to the host's disk (the node's remaining snapshot
+// budget). A negative bound is none.
+func WithSnapshotLimit(ctx context.Context, maxBytes int64) context.Context {
+	return context.WithValue(ctx, snapshotLimitKey{}, maxBytes)
+}
+
+// SnapshotLimit is the bound of WithSnapshotLimit, or -1 without one.
+func SnapshotLimit(ctx context.Context) int64 {
+	if n, ok := ctx.Value(snapshotLimitKey{}).(int64); ok && n >= 0 {
+		return n
+	}
+	return -1
+}

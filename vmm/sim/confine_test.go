@@ -121,7 +121,7 @@ func TestConfinement_SymlinkedMountPoints(t *testing.T) {
 	bait := filepath.Join(t.TempDir(), "bait")
 	// Replace the mount points on the writable layer from the host side, as
 	// a guest could have done on a previous run.
-	up := filepath.Join(h.Dir, "upper")
+	up := filepath.Join(h.Dir, "upperfs", "upper")
 	for _, top := range []string{"proc", "dev", ".hearth"} {
 		_ = os.RemoveAll(filepath.Join(up, top))
 		if err := os.Symlink(filepath.Join(bait, top), filepath.Join(up, top)); err != nil {

@@ -15,9 +15,10 @@
 //	          the init starts, before the agent answers), addr, paused
 //	token     the agent's access token (0600, host root)
 //	agent.log the init's and the agent's output (capped at 4 MiB per start)
-//	upper/    the VM's writable layer (overlayfs upperdir): the VM's disk
-//	work/     overlayfs workdir
-//	rootfs/   the VM's root: overlay of the template and upper/
+//	upper.img the VM's disk: a sparse ext4 image of a fixed size (see Disk)
+//	upperfs/  its mount point, holding upper/ (the overlay's upperdir, the
+//	          guest's writable layer) and work/ (overlayfs workdir)
+//	rootfs/   the VM's root: overlay of the template and upperfs/upper
 //
 // <root>/.lower/<hash>/ holds each template root filesystem copied once with
 // its ids shifted into the guests' range (see below), <root>/.agent/<hash>/
@@ -50,7 +51,7 @@
 // binary that links the package can be a VM's init. Start-up:
 //
 //  1. The driver creates the VM's cgroup (limits from the size class),
-//     mounts the overlay at rootfs/ and, on an OS thread that unshares a new
+//     mounts the VM's disk at upperfs/ and the overlay at rootfs/ and, on an OS thread that unshares a new
 //     network namespace (so the netns belongs to the initial user
 //     namespace), starts the init with CLONE_NEWNS|NEWPID|NEWUTS|NEWIPC.
 //  2. The init blocks reading its config from a pipe (fd 3) while the
@@ -150,15 +151,44 @@
 // running VM and returns a new Addr. Driver.Dial (vmm.PortDialer) connects
 // to any port of a guest the same way.
 //
+// # Disk
+//
+// Each VM's writable layer lives on a disk of its own, as on e2b and
+// Firecracker: upper.img, a sparse ext4 image of Options.DiskBytes
+// (default DefaultDiskBytes, 10 GiB, for every size class; sandboxd and
+// sandbox-dev --disk-size), made by mkfs.ext4 at Boot (no reserved
+// blocks; a fresh image takes about 4 MiB of the host's disk). The driver
+// attaches it to a loop device with LO_FLAGS_AUTOCLEAR and mounts it at
+// upperfs/ (nodev, nosuid, errors=remount-ro, discard: what the guest
+// deletes is punched out of the image). The guest's df / shows the disk's
+// size; writing past it is ENOSPC in the guest, never on the host.
+// Teardown (Stop, Destroy, a failed start, a restart) unmounts rootfs/ and
+// upperfs/, and the kernel detaches the loop device once the mount is
+// gone: no loop device outlives its mount. Destroy removes the directory
+// only when nothing is mounted under it. Stats reads the disk's usage with
+// statfs, never by walking files.
+//
 // # Checkpoints
 //
-// Snapshot freezes the VM, copies upper/ (ownership, modes, symlinks,
-// overlay whiteouts and opaque directories) and writes manifest.json
-// (version 2). Clone copies that into a new VM's upper/ and boots it with the
-// new identity: the token is spec.Token from the first instruction the
-// agent runs, so the checkpointed VM's token is never valid on a clone
-// (it lived only in the source's tmpfs and memory). Process state is not
-// checkpointed: a clone boots afresh on the copied disk.
+// Snapshot freezes the VM, flushes its disk (syncfs) and copies upper.img
+// sparsely: only the image's data (SEEK_DATA/SEEK_HOLE), blocks of zeros
+// left as holes, so a checkpoint takes what the guest's file system holds
+// (a 1 GiB sparse file with 8 hard links is a few KiB), never the image's
+// size, and the host never walks, opens or follows a guest file. It then
+// writes manifest.json (version 3). A bound from vmm.WithSnapshotLimit
+// (the node's remaining snapshot bytes) is enforced while copying: past it
+// the copy stops, is removed, and Snapshot fails with
+// vmm.ErrSnapshotTooLarge. Checkpoints of an earlier sim (version 2, a
+// copied upper/ directory) are refused with ErrSnapshotInvalid naming the
+// version, and a VM directory of an earlier sim (upper/ and no upper.img)
+// is not restored (ErrNotRunning): take such snapshots again.
+//
+// Clone copies the image the same way into a new VM (it keeps the
+// checkpoint's disk size) and boots it with the new identity: the token is
+// spec.Token from the first instruction the agent runs, so the
+// checkpointed VM's token is never valid on a clone (it lived only in the
+// source's tmpfs and memory). Process state is not checkpointed: a clone
+// boots afresh on the copied disk.
 //
 // The token is the node's (spec.Token), written by the driver to <dir>/token
 // and handed to each start of the init; no secret is ever read back from

@@ -167,7 +167,8 @@ func (d *Driver) shiftedLower(src string) (string, error) {
 	return dst, nil
 }
 
-// mountOverlay mounts lowers (top first) and dir's upper at dir/rootfs
+// mountOverlay mounts lowers (top first) and dir's upper (on its mounted
+// disk) at dir/rootfs
 // (host mount namespace). The layer paths are given relative to dir, from a
 // thread whose working directory is dir: the kernel shows the options as
 // given (in the guest's /proc/self/mountinfo too), so no host path leaks
@@ -183,7 +184,10 @@ func mountOverlay(dir string, lowers ...string) error {
 		}
 		rel[i] = r
 	}
-	base := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(rel, ":"), upperDir, workDir)
+	// upper/ and work/ are on the VM's disk (checked real directories by
+	// mountDisk; the disk's top level is never the guest's).
+	base := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(rel, ":"),
+		path.Join(diskMount, upperDir), path.Join(diskMount, workDir))
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread's cwd is private

@@ -36,11 +36,13 @@ const (
 	recordFile = "vm.json"
 	tokenFile  = "token"
 	logFile    = "agent.log"
-	upperDir   = "upper"  // the VM's writable layer (overlay upperdir)
-	workDir    = "work"   // overlay workdir
 	rootfsDir  = "rootfs" // the VM's root: overlay of the template and upper
 	// manifestFile is the checkpoint manifest.
 	manifestFile = "manifest.json"
+	// manifestVersion is this driver's checkpoint format: 3 is a disk
+	// image (upper.img). Version 2 (a copied upper/ directory, from before
+	// disks were sized) is refused.
+	manifestVersion = 3
 )
 
 // Defaults of Options.
@@ -91,6 +93,10 @@ type Options struct {
 	// BootTimeout bounds how long Boot, Clone and Restore wait for the
 	// agent's /health; default 30s.
 	BootTimeout time.Duration
+	// DiskBytes is the size of each booted VM's disk, its writable layer
+	// (default DefaultDiskBytes, at least MinDiskBytes); a clone keeps its
+	// checkpoint's.
+	DiskBytes int64
 	// Logger defaults to klog.Background().
 	Logger klog.Logger
 }
@@ -107,6 +113,7 @@ type Driver struct {
 	// open for the process's life.
 	registration *os.File
 	bootTimeout  time.Duration
+	diskBytes    int64
 	log          klog.Logger
 	hc           *http.Client
 
@@ -162,6 +169,7 @@ func New(opts Options) (*Driver, error) {
 		cgParent:    opts.CgroupParent,
 		rootKey:     rootKey(root),
 		bootTimeout: opts.BootTimeout,
+		diskBytes:   opts.DiskBytes,
 		log:         opts.Logger,
 		children:    map[int]chan struct{}{},
 		fwd:         map[string]*forwarder{},
@@ -191,6 +199,12 @@ func New(opts Options) (*Driver, error) {
 	}
 	if d.bootTimeout <= 0 {
 		d.bootTimeout = 30 * time.Second
+	}
+	switch {
+	case d.diskBytes == 0:
+		d.diskBytes = DefaultDiskBytes
+	case d.diskBytes < MinDiskBytes:
+		return nil, fmt.Errorf("sim: a disk of %d bytes is too small; the least is %d (16 MiB)", d.diskBytes, MinDiskBytes)
 	}
 	if d.log.GetSink() == nil {
 		d.log = klog.Background()
@@ -247,8 +261,10 @@ type manifest struct {
 	Size      string    `json:"size,omitempty"`
 	UIDBase   int       `json:"uid_base"`
 	CreatedAt time.Time `json:"created_at"`
-	Files     int       `json:"files"`
-	Bytes     int64     `json:"bytes"`
+	// DiskBytes is the disk image's size (what the guest's df shows).
+	DiskBytes int64 `json:"disk_bytes"`
+	// Bytes is what the copy of the image takes on the host's disk.
+	Bytes int64 `json:"bytes"`
 }
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
@@ -340,12 +356,13 @@ func (d *Driver) owns(r record) (bool, error) {
 	return in, nil
 }
 
-// Boot starts a fresh VM (an empty writable layer over the template's root
-// filesystem) and returns once its agent answers /health.
+// Boot starts a fresh VM (an empty disk of Options.DiskBytes as the
+// writable layer over the template's root filesystem) and returns once its
+// agent answers /health.
 func (d *Driver) Boot(ctx context.Context, spec vmm.Spec) (vmm.Handle, error) {
 	r := record{ID: spec.ID, Template: spec.Template, Net: spec.Net, Size: spec.Size, Env: spec.Env}
 	return d.create(ctx, spec, r, func(dir string) error {
-		return os.Mkdir(filepath.Join(dir, upperDir), 0o755)
+		return makeDisk(ctx, filepath.Join(dir, diskImage), d.diskBytes)
 	})
 }
 
@@ -365,7 +382,7 @@ func (d *Driver) Clone(ctx context.Context, ckDir string, spec vmm.Spec) (vmm.Ha
 		r.Template, r.Net, r.Size = m.Template, m.Net, m.Size
 	}
 	return d.create(ctx, spec, r, func(dir string) error {
-		if _, _, err := copyTreeOwned(filepath.Join(ckDir, upperDir), filepath.Join(dir, upperDir), 0, false); err != nil {
+		if _, err := copyDisk(ctx, filepath.Join(ckDir, diskImage), filepath.Join(dir, diskImage), -1, false); err != nil {
 			return fmt.Errorf("%w: copying %s: %v", vmm.ErrSnapshotInvalid, ckDir, err)
 		}
 		return nil
@@ -378,11 +395,17 @@ func readManifest(ckDir string) (manifest, error) {
 	if err != nil {
 		return m, fmt.Errorf("%w: %v", vmm.ErrSnapshotInvalid, err)
 	}
-	if err := json.Unmarshal(b, &m); err != nil || m.Backend != Name || m.Version != 2 {
-		return m, fmt.Errorf("%w: %s: not a sim checkpoint (version 2)", vmm.ErrSnapshotInvalid, ckDir)
+	if err := json.Unmarshal(b, &m); err != nil || m.Backend != Name {
+		return m, fmt.Errorf("%w: %s: not a sim checkpoint", vmm.ErrSnapshotInvalid, ckDir)
 	}
-	if st, err := os.Stat(filepath.Join(ckDir, upperDir)); err != nil || !st.IsDir() {
-		return m, fmt.Errorf("%w: %s has no writable layer", vmm.ErrSnapshotInvalid, ckDir)
+	if m.Version == 2 {
+		return m, fmt.Errorf("%w: %s is a version 2 sim checkpoint (a copied directory, from before sandboxes had a sized disk); this node reads version %d only: take the snapshot again", vmm.ErrSnapshotInvalid, ckDir, manifestVersion)
+	}
+	if m.Version != manifestVersion {
+		return m, fmt.Errorf("%w: %s: sim checkpoint version %d, this node reads %d", vmm.ErrSnapshotInvalid, ckDir, m.Version, manifestVersion)
+	}
+	if st, err := os.Lstat(filepath.Join(ckDir, diskImage)); err != nil || !st.Mode().IsRegular() {
+		return m, fmt.Errorf("%w: %s has no disk image", vmm.ErrSnapshotInvalid, ckDir)
 	}
 	return m, nil
 }
@@ -467,13 +490,11 @@ func (d *Driver) start(ctx context.Context, dir string, r *record) (err error) {
 	if r.Lower, err = d.shiftedLower(tmplDir); err != nil {
 		return err
 	}
-	for _, sub := range []string{upperDir, workDir, rootfsDir} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			return err
-		}
+	if err := os.MkdirAll(filepath.Join(dir, rootfsDir), 0o755); err != nil {
+		return err
 	}
 	// The overlay's root takes the upper dir's owner: the guest's root.
-	if err := os.Chown(filepath.Join(dir, upperDir), d.uidBase, d.uidBase); err != nil {
+	if err := mountDisk(dir, d.uidBase); err != nil {
 		return err
 	}
 	if err := mountOverlay(dir, agentLayer, r.Lower); err != nil {
@@ -583,7 +604,7 @@ func (d *Driver) start(ctx context.Context, dir string, r *record) (err error) {
 	if err := d.waitReady(ctx, dir, fwd.addr(), done); err != nil {
 		return err
 	}
-	if err := checkFiltered(cg, pid); err != nil {
+	if err := checkConfined(cg, pid); err != nil {
 		return fmt.Errorf("sim: %s: %w", r.ID, err)
 	}
 	d.setForwarder(r.ID, fwd)
@@ -738,10 +759,13 @@ func (d *Driver) setPaused(h vmm.Handle, paused bool) (vmm.Handle, error) {
 	return d.handle(dir, r), nil
 }
 
-// Snapshot copies h's writable layer and a manifest into ckDir (which must
-// not exist). A running VM is frozen for the copy and thawed afterwards.
-// Process state is not part of a sim checkpoint: a clone boots afresh on
-// the copied disk.
+// Snapshot copies h's disk image (sparsely: what its file system holds,
+// never its size) and a manifest into ckDir (which must not exist). A
+// running VM is frozen and its disk flushed for the copy, and thawed
+// afterwards; the host never walks the guest's files. A bound from
+// vmm.WithSnapshotLimit stops the copy (vmm.ErrSnapshotTooLarge). Process
+// state is not part of a sim checkpoint: a clone boots afresh on the
+// copied disk.
 func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, ckDir string) error {
 	dir, err := d.dirOf(h)
 	if err != nil {
@@ -778,12 +802,20 @@ func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, ckDir string) error
 		}
 		defer cg.freeze(false)
 	}
-	files, bytes, err := copyTreeOwned(filepath.Join(dir, upperDir), filepath.Join(tmp, upperDir), 0, false)
+	if err := syncDisk(dir); err != nil {
+		return fmt.Errorf("sim: snapshot of %s: flushing its disk: %w", h.ID, err)
+	}
+	img := filepath.Join(dir, diskImage)
+	st, err := os.Lstat(img)
+	if err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("%w: %s has no disk image (made by an earlier sim)", vmm.ErrNotRunning, h.ID)
+	}
+	bytes, err := copyDisk(ctx, img, filepath.Join(tmp, diskImage), vmm.SnapshotLimit(ctx), true)
 	if err != nil {
 		return fmt.Errorf("sim: snapshot of %s: %w", h.ID, err)
 	}
-	m := manifest{Backend: Name, Version: 2, SourceID: r.ID, Template: r.Template, Net: r.Net, Size: r.Size,
-		UIDBase: d.uidBase, CreatedAt: time.Now().UTC(), Files: files, Bytes: bytes}
+	m := manifest{Backend: Name, Version: manifestVersion, SourceID: r.ID, Template: r.Template, Net: r.Net, Size: r.Size,
+		UIDBase: d.uidBase, CreatedAt: time.Now().UTC(), DiskBytes: st.Size(), Bytes: bytes}
 	if err := uds.WriteJSON(filepath.Join(tmp, manifestFile), m); err != nil {
 		return err
 	}
@@ -829,6 +861,7 @@ func (d *Driver) teardown(dir string, r record) error {
 		d.waitReaped(r.PID)
 	}
 	unmountAll(filepath.Join(dir, rootfsDir))
+	unmountDisk(dir)
 	if err != nil {
 		return fmt.Errorf("sim: killing %s: %w", r.ID, err)
 	}
@@ -871,9 +904,14 @@ func (d *Driver) Restore(ctx context.Context, h vmm.Handle) (vmm.Handle, error) 
 	if err != nil {
 		return h, fmt.Errorf("%w: %s cannot be restored: %v", vmm.ErrNotRunning, h.ID, err)
 	}
-	if st, err := os.Stat(filepath.Join(dir, upperDir)); err != nil || !st.IsDir() {
-		killLegacy(dir, r.PID) // a VM of the earlier, unconfined sim
-		return h, fmt.Errorf("%w: %s has no writable layer", vmm.ErrNotRunning, h.ID)
+	if st, err := os.Lstat(filepath.Join(dir, diskImage)); err != nil || !st.Mode().IsRegular() {
+		// A VM of an earlier sim: unconfined, or with an unbounded
+		// directory as its writable layer. It cannot be brought back.
+		killLegacy(dir, r.PID)
+		if err := d.teardown(dir, r); err != nil {
+			return h, err
+		}
+		return h, fmt.Errorf("%w: %s has no disk image (made by an earlier sim)", vmm.ErrNotRunning, h.ID)
 	}
 	attached := false
 	owned, err := d.owns(r)
@@ -969,6 +1007,11 @@ func (d *Driver) Destroy(ctx context.Context, h vmm.Handle) error {
 	if err := d.teardown(dir, r); err != nil {
 		return err
 	}
+	// Never remove through a mount: a disk still mounted would lose the
+	// guest's files but keep its loop device.
+	if err := unmountUnder(dir); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("sim: removing %s: %w", dir, err)
 	}
@@ -1010,6 +1053,9 @@ func (d *Driver) Stats(ctx context.Context, h vmm.Handle) (vmm.Stats, error) {
 		s.MemUsedBytes = s.RSSBytes
 	}
 	s.MemUsedMeasured = !r.Paused && s.MemUsedBytes > 0
+	if total, used, err := diskUsage(dir); err == nil {
+		s.DiskTotalBytes, s.DiskUsedBytes = total, used
+	}
 	return s, nil
 }
 
@@ -1080,22 +1126,25 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// checkFiltered refuses a VM whose agent (the init's child; the init and
-// slirp4netns are the driver's) does not run under the syscall filter: an
-// agent binary that ignores seccomp.EnvVar.
-func checkFiltered(cg vmCgroup, initPid int) error {
-	if !seccomp.Supported() {
-		return nil
-	}
+// checkConfined refuses a VM whose agent (the init's child; the init and
+// slirp4netns are the driver's) is not confined (seccomp.CheckStatus): it
+// does not run under the syscall filter or holds capabilities past the
+// guest's set, as an agent binary that ignores seccomp.EnvVar would.
+func checkConfined(cg vmCgroup, initPid int) error {
 	for _, pid := range cg.procs() {
 		if pid == initPid || procPPid(pid) != initPid {
 			continue
 		}
-		if procStatus(pid, "Seccomp") != "2" {
-			return fmt.Errorf("the agent (pid %d) runs without the syscall filter: build it from this module's cmd/sandbox-agent", pid)
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return fmt.Errorf("the agent (pid %d): %w", pid, err)
 		}
+		if err := seccomp.CheckStatus(status); err != nil {
+			return fmt.Errorf("the agent (pid %d) %w: build it from this module's cmd/sandbox-agent", pid, err)
+		}
+		return nil
 	}
-	return nil
+	return errors.New("no agent process in the VM's cgroup")
 }
 
 // killLegacy ends the agent of a VM started by the earlier, unconfined sim

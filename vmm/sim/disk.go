@@ -1,0 +1,408 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hearthvm/hearth/vmm"
+)
+
+// The VM's disk (see doc.go, "Disk"): a sparse ext4 image of a fixed size,
+// loop-mounted by the host at <dir>/upperfs and holding the overlay's
+// upper/ (the guest's writable layer) and work/. The guest writes into
+// that file system only, so it can fill its disk (ENOSPC in the guest),
+// never the host's; and a checkpoint copies the image file, never walking
+// the guest's files.
+
+// Names in a VM directory and a checkpoint.
+const (
+	diskImage = "upper.img" // the VM's disk image (also in a checkpoint)
+	diskMount = "upperfs"   // its mount point in the VM directory
+	// upperDir and workDir live in the disk, beside each other.
+	upperDir = "upper"
+	workDir  = "work"
+)
+
+// Disk sizes.
+const (
+	// DefaultDiskBytes is a VM's disk when Options.DiskBytes is 0: e2b's
+	// 10 GiB, for every size class. The image is sparse: a fresh one takes
+	// about 4 MiB of the host's disk.
+	DefaultDiskBytes = 10 << 30
+	// MinDiskBytes is the smallest disk (ext4 and its journal need room).
+	MinDiskBytes = 16 << 20
+)
+
+// errNoMkfs explains a missing mkfs.ext4.
+var errNoMkfs = errors.New("the sim backend's sized disks need mkfs.ext4 (Debian: e2fsprogs)")
+
+// makeDisk creates a sparse ext4 image of size bytes at path (which must not
+// exist). No reserved blocks (the guest's root is not the host's root, so
+// they would be lost to it), inode tables and journal left to be zeroed by
+// need: a fresh image takes a few MiB of the host's disk.
+func makeDisk(ctx context.Context, path string, size int64) error {
+	mkfs, err := exec.LookPath("mkfs.ext4")
+	if err != nil {
+		return fmt.Errorf("sim: %w: %v", errNoMkfs, err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, mkfs, "-q", "-F", "-b", "4096", "-m", "0", "-L", "hearth",
+		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", path).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("sim: mkfs.ext4 %s: %v: %s", path, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// attachLoop attaches image to a free loop device with LO_FLAGS_AUTOCLEAR
+// (the kernel detaches it when its last user, the mount, is gone) and
+// returns the device, open; the caller mounts it and closes the file.
+func attachLoop(image *os.File) (*os.File, error) {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sim: loop devices: %w", err)
+	}
+	defer ctl.Close()
+	for try := 0; ; try++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return nil, fmt.Errorf("sim: no free loop device: %w", err)
+		}
+		dev := fmt.Sprintf("/dev/loop%d", n)
+		lf, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if errors.Is(err, os.ErrNotExist) { // no udev (a container): make the node
+			if err = unix.Mknod(dev, unix.S_IFBLK|0o600, int(unix.Mkdev(7, uint32(n)))); err == nil || errors.Is(err, unix.EEXIST) {
+				lf, err = os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sim: %s: %w", dev, err)
+		}
+		cfg := unix.LoopConfig{Fd: uint32(image.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		copy(cfg.Info.File_name[:len(cfg.Info.File_name)-1], image.Name())
+		err = unix.IoctlLoopConfigure(int(lf.Fd()), &cfg)
+		if err == nil {
+			return lf, nil
+		}
+		lf.Close()
+		// Another process took the device between GET_FREE and CONFIGURE.
+		if !errors.Is(err, unix.EBUSY) || try >= 16 {
+			return nil, fmt.Errorf("sim: attaching %s to %s: %w", image.Name(), dev, err)
+		}
+	}
+}
+
+// mountDisk mounts dir's disk image at dir/upperfs (a stale mount of an
+// earlier run is detached first) and makes sure the file system holds
+// upper/ (owned by the guest's root, uid) and work/ (host root, 0700) as
+// real directories.
+func mountDisk(dir string, uid int) error {
+	target := filepath.Join(dir, diskMount)
+	unmountAll(target)
+	if err := os.MkdirAll(target, 0o700); err != nil {
+		return err
+	}
+	img, err := os.OpenFile(filepath.Join(dir, diskImage), os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sim: %w: %v", errNoDisk, err)
+	}
+	defer img.Close()
+	if st, err := img.Stat(); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("sim: %w: %s is not a regular file", errNoDisk, img.Name())
+	}
+	lf, err := attachLoop(img)
+	if err != nil {
+		return err
+	}
+	// errors=remount-ro: a damaged image stops taking writes, the host
+	// carries on. discard: what the guest deletes leaves the host's disk.
+	// noinit_itable: no background zeroing of inode tables (the sparse
+	// image reads zeros there already).
+	err = unix.Mount(lf.Name(), target, "ext4", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOATIME,
+		"errors=remount-ro,discard,noinit_itable")
+	lf.Close() // the mount holds the device; unmounting frees it (AUTOCLEAR)
+	if err != nil {
+		return fmt.Errorf("sim: mounting %s at %s: %w", img.Name(), target, err)
+	}
+	if err := prepareDisk(target, uid); err != nil {
+		unmountAll(target)
+		return err
+	}
+	return nil
+}
+
+// prepareDisk creates upper/ and work/ in the mounted disk at mnt and sets
+// their owners. Both are resolved beneath mnt with no symlink followed: the
+// disk's top level is never the guest's (its root is upper/), but the image
+// may come from a checkpoint.
+func prepareDisk(mnt string, uid int) error {
+	root, err := os.Open(mnt)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, d := range []struct {
+		name     string
+		uid      int
+		mode     uint32
+		setMode  bool
+		required bool
+	}{{upperDir, uid, 0o755, false, true}, {workDir, 0, 0o700, true, true}} {
+		if err := unix.Mkdirat(int(root.Fd()), d.name, d.mode); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("sim: %s/%s: %w", mnt, d.name, err)
+		}
+		fd, err := openBeneath(int(root.Fd()), d.name, unix.O_RDONLY|unix.O_DIRECTORY, unix.RESOLVE_NO_XDEV)
+		if err != nil {
+			return fmt.Errorf("sim: %s/%s is not a directory of the disk: %w", mnt, d.name, err)
+		}
+		err = unix.Fchown(fd, d.uid, d.uid)
+		if err == nil && d.setMode {
+			err = unix.Fchmod(fd, d.mode)
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("sim: %s/%s: %w", mnt, d.name, err)
+		}
+	}
+	return nil
+}
+
+// openBeneath opens name under dirfd following no symlink, magic link or
+// "..", never leaving dirfd (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, plus
+// extra resolve flags).
+func openBeneath(dirfd int, name string, flags int, resolve uint64) (int, error) {
+	return unix.Openat2(dirfd, name, &unix.OpenHow{
+		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | resolve,
+	})
+}
+
+var errNoDisk = errors.New("no disk image")
+
+// unmountDisk detaches dir's disk mount (its loop device goes with its
+// last user).
+func unmountDisk(dir string) { unmountAll(filepath.Join(dir, diskMount)) }
+
+// diskMounted reports whether dir's disk is mounted: upperfs is on another
+// device than dir.
+func diskMounted(dir string) bool {
+	var a, b unix.Stat_t
+	if unix.Lstat(dir, &a) != nil || unix.Lstat(filepath.Join(dir, diskMount), &b) != nil {
+		return false
+	}
+	return a.Dev != b.Dev
+}
+
+// syncDisk flushes the mounted disk of dir (a no-op when it is not
+// mounted: an unmounted image is consistent), so a copy of the image file
+// holds everything the guest wrote. The guest must be frozen.
+func syncDisk(dir string) error {
+	if !diskMounted(dir) {
+		return nil
+	}
+	f, err := os.Open(filepath.Join(dir, diskMount))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Syncfs(int(f.Fd()))
+}
+
+// diskUsage is statfs of dir's mounted disk: its size and the bytes in use.
+func diskUsage(dir string) (total, used int64, err error) {
+	if !diskMounted(dir) {
+		return 0, 0, fmt.Errorf("sim: %s: disk not mounted", filepath.Base(dir))
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(filepath.Join(dir, diskMount), &st); err != nil {
+		return 0, 0, err
+	}
+	bs := int64(st.Bsize)
+	return int64(st.Blocks) * bs, int64(st.Blocks-st.Bfree) * bs, nil
+}
+
+// copyChunk is the unit copyDisk reads; zeroChunk the unit it leaves as a
+// hole when it holds only zeros.
+const (
+	copyChunk = 1 << 20
+	zeroChunk = 64 << 10
+)
+
+var zeros [zeroChunk]byte
+
+// copyDisk copies the image src to dst (which must not exist), keeping its
+// holes: it reads only src's data (SEEK_DATA/SEEK_HOLE) and leaves blocks
+// of zeros as holes, so the copy takes what the guest's file system holds,
+// never the image's size. It writes at most limit bytes (negative: no
+// bound): past that it stops, removes dst and fails with
+// vmm.ErrSnapshotTooLarge. With durable, dst is fsynced. It returns the
+// bytes written.
+func copyDisk(ctx context.Context, src, dst string, limit int64, durable bool) (written int64, err error) {
+	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if !st.Mode().IsRegular() {
+		return 0, fmt.Errorf("%s is not a regular file", src)
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			_ = os.Remove(dst)
+		}
+	}()
+	size := st.Size()
+	buf := make([]byte, copyChunk)
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil {
+			return written, err
+		}
+		hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
+		if err != nil {
+			return written, err
+		}
+		for p := data; p < hole; {
+			if err := ctx.Err(); err != nil {
+				return written, err
+			}
+			n := int(min(int64(len(buf)), hole-p))
+			if _, err := io.ReadFull(io.NewSectionReader(in, p, int64(n)), buf[:n]); err != nil {
+				return written, err
+			}
+			for i := 0; i < n; i += zeroChunk {
+				b := buf[i:min(i+zeroChunk, n)]
+				if bytes.Equal(b, zeros[:len(b)]) {
+					continue
+				}
+				if limit >= 0 && written+int64(len(b)) > limit {
+					return written, fmt.Errorf("%w: the copy of %s passed %d bytes", vmm.ErrSnapshotTooLarge, filepath.Base(src), limit)
+				}
+				if _, err := out.WriteAt(b, p+int64(i)); err != nil {
+					return written, err
+				}
+				written += int64(len(b))
+			}
+			p += int64(n)
+		}
+		off = hole
+	}
+	if err := out.Truncate(size); err != nil {
+		return written, err
+	}
+	if durable {
+		if err := out.Sync(); err != nil {
+			return written, err
+		}
+	}
+	return written, nil
+}
+
+// mountsUnder lists the mount points at or below dir in this process's
+// mount namespace, deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	// Deepest first: longer paths are below shorter ones.
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && len(out[j]) > len(out[j-1]); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space...).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range s[i+1 : i+4] {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + byte(c-'0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// unmountUnder detaches every mount at or below dir (deepest first) and
+// fails naming what is still mounted there afterwards.
+func unmountUnder(dir string) error {
+	for try := 0; ; try++ {
+		mps, err := mountsUnder(dir)
+		if err != nil {
+			return err
+		}
+		if len(mps) == 0 {
+			return nil
+		}
+		if try == 3 {
+			return fmt.Errorf("sim: still mounted under %s: %s", dir, strings.Join(mps, ", "))
+		}
+		for _, mp := range mps {
+			_ = unix.Unmount(mp, unix.MNT_DETACH)
+		}
+	}
+}
