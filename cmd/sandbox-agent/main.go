@@ -11,7 +11,8 @@ import (
 
 func main() {
 	// Under the sim backend the agent is the first guest process: it puts
-	// itself (and so every process it starts) under the syscall filter.
+	// itself (and so every process it starts) under the syscall filter and
+	// the capability bound (package seccomp).
 	if err := seccomp.InstallIfAsked(); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
 		os.Exit(1)

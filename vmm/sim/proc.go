@@ -131,14 +131,3 @@ func procPPid(pid int) int {
 	n, _ := strconv.Atoi(f[1])
 	return n
 }
-
-// procStatus returns the value of the field name in /proc/<pid>/status.
-func procStatus(pid int, name string) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
-}

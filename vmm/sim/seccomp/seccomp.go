@@ -1,8 +1,10 @@
-// Package seccomp is the syscall filter of the sim backend's guests
-// (vmm/sim). It has no dependencies beyond x/sys, so the static agent
-// binary links it: cmd/sandbox-agent installs it at start when the sim
-// init asks for it (EnvVar), before serving anything, and the driver
-// refuses a VM whose agent does not run under it.
+// Package seccomp confines the sim backend's guests (vmm/sim): a syscall
+// filter (Filter) and a capability bound (Capabilities), together no more
+// kernel surface than Docker's default seccomp profile and capability set
+// give a container. It has no dependencies beyond x/sys, so the static
+// agent binary links it: cmd/sandbox-agent applies both at start when the
+// sim init asks for it (EnvVar), before serving anything, and the driver
+// refuses a VM whose agent does not run under them.
 package seccomp
 
 import (
@@ -14,17 +16,25 @@ import (
 )
 
 // EnvVar set to "1" in the agent's environment asks it to Install the
-// filter (and drop the variable) before it starts.
+// filter and BoundCapabilities (and drop the variable) before it starts.
 const EnvVar = "HEARTH_SIM_SECCOMP"
 
 // Supported reports whether this architecture has a filter.
 func Supported() bool { return auditArch != 0 }
 
+// flagCheck refuses a syscall whose first argument has any of flags.
+type flagCheck struct {
+	nr    uintptr
+	flags uint32
+}
+
 // Filter returns the classic BPF program every VM process runs
 // under (nil where the architecture has none): wrong architecture → kill;
-// x32 numbers, deniedSyscalls and clone/unshare with CLONE_NEWUSER → EPERM
-// (no nested user namespaces: they open most of the kernel to the guest's
-// root); clone3 → ENOSYS; everything else allowed.
+// x32 numbers, deniedSyscalls (mounts, setns, keyrings, bpf...) and
+// clone/unshare making a namespace of any kind → EPERM (a nested user
+// namespace would open most of the kernel to the guest's root; the others
+// need capabilities the guest does not have, refused here as well); clone3
+// → ENOSYS; everything else allowed.
 func Filter() []unix.SockFilter {
 	if auditArch == 0 {
 		return nil
@@ -64,13 +74,14 @@ func Filter() []unix.SockFilter {
 			stmt(unix.BPF_RET|unix.BPF_K, retErrno(unix.ENOSYS)),
 		)
 	}
-	for _, nr := range newUserNSSyscalls {
-		// if nr matches: load arg0; if it has CLONE_NEWUSER → EPERM, else
-		// allow; otherwise fall through (the accumulator still holds nr).
+	for _, c := range namespaceSyscalls {
+		// if nr matches: load arg0; if it has one of the flags → EPERM,
+		// else allow; otherwise fall through (the accumulator still holds
+		// nr).
 		p = append(p,
-			jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, uint32(nr), 0, 4),
+			jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, uint32(c.nr), 0, 4),
 			stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArg0),
-			jump(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, unix.CLONE_NEWUSER, 0, 1),
+			jump(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, c.flags, 0, 1),
 			stmt(unix.BPF_RET|unix.BPF_K, retErrno(unix.EPERM)),
 			stmt(unix.BPF_RET|unix.BPF_K, unix.SECCOMP_RET_ALLOW),
 		)
@@ -94,8 +105,10 @@ func Install() error {
 	return nil
 }
 
-// InstallIfAsked installs the filter when EnvVar is "1" and removes EnvVar
-// from the environment (so the guest's processes do not inherit it).
+// InstallIfAsked, when EnvVar is "1", removes EnvVar from the environment
+// (so the guest's processes do not inherit it), installs the filter and
+// then bounds the capabilities (in that order: without no_new_privs,
+// which would break sudo, installing a filter takes CAP_SYS_ADMIN).
 func InstallIfAsked() error {
 	if os.Getenv(EnvVar) != "1" {
 		return nil
@@ -103,5 +116,8 @@ func InstallIfAsked() error {
 	if err := os.Unsetenv(EnvVar); err != nil {
 		return err
 	}
-	return Install()
+	if err := Install(); err != nil {
+		return err
+	}
+	return BoundCapabilities()
 }
