@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -30,6 +31,13 @@ const (
 	AgentPort = 49983
 	// logCap bounds how much agent output the init copies into agent.log.
 	logCap = 4 << 20
+	// guestFilesSoft and guestFilesHard are RLIMIT_NOFILE of every guest
+	// process: soft 1024 (Docker's and systemd's default, so select()
+	// works; a program that wants more raises it), hard 65536 (the guest's
+	// root cannot raise a hard limit: that takes CAP_SYS_RESOURCE in the
+	// host's user namespace).
+	guestFilesSoft = 1024
+	guestFilesHard = 65536
 )
 
 // initConfig is what the driver hands the init on fd 3, once the init is in
@@ -98,6 +106,12 @@ func runInit() error {
 	}
 	if err := unix.Sethostname([]byte(c.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
+	}
+	if err := provideHosts(c.Hostname, c.UIDBase); err != nil {
+		return err
+	}
+	if err := limitFiles(); err != nil {
+		return err
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -283,4 +297,110 @@ func bindResolvConf(src string) error {
 		return fmt.Errorf("bind %s: %w", dst, err)
 	}
 	return unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+}
+
+// limitFiles sets the RLIMIT_NOFILE the agent and every guest process
+// inherit: guestFilesSoft/guestFilesHard, or the init's own hard limit
+// where that is lower.
+func limitFiles() error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("getrlimit: %w", err)
+	}
+	lim.Max = min(lim.Max, guestFilesHard)
+	lim.Cur = min(lim.Max, guestFilesSoft)
+	// syscall.Setrlimit, not a raw call: it also stops os/exec from giving
+	// the agent the soft limit the Go runtime saw at start.
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("setrlimit: %w", err)
+	}
+	return nil
+}
+
+// guestHostsFile is the /etc/hosts provideHosts binds for an image whose own
+// does not name the hostname.
+const guestHostsFile = guestHearthDir + "/hosts"
+
+// provideHosts makes the guest's /etc/hosts name hostname (sudo and
+// friends resolve it). An image whose /etc/hosts does (the built-in ones)
+// keeps its own; otherwise (most OCI images: Docker writes the file when a
+// container starts) /etc/hosts becomes a copy of the image's with
+// "127.0.1.1 <hostname>" added, a file on the /.hearth tmpfs owned by the
+// guest's root bound over it: writable, rewritten at every start, as in
+// Docker. Runs after pivot_root, before any guest process: /etc/hosts is
+// opened inside the guest's root and on its root mount (openat2
+// RESOLVE_IN_ROOT|RESOLVE_NO_XDEV, a guest-made link cannot lead out) and
+// the bind goes onto that descriptor (/proc/self/fd/N), never a path the
+// kernel resolves again. A guest /etc/hosts that is no regular file, or a
+// missing /etc, is left alone.
+func provideHosts(hostname string, uid int) error {
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("/etc/hosts: %w", err)
+	}
+	defer unix.Close(root)
+	in := unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS
+	fd, err := unix.Openat2(root, "etc/hosts", &unix.OpenHow{
+		Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC, Resolve: uint64(in)})
+	if err == unix.ENOENT { // an empty mount point, the guest root's
+		fd, err = unix.Openat2(root, "etc/hosts", &unix.OpenHow{
+			Flags: unix.O_CREAT | unix.O_EXCL | unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Mode: 0o644, Resolve: uint64(in)})
+		if err == nil {
+			_ = unix.Fchown(fd, uid, uid)
+		}
+	}
+	if err != nil {
+		return nil // no /etc, or a link out of the root mount: the guest's choice
+	}
+	f := os.NewFile(uintptr(fd), "/etc/hosts")
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	own, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return nil
+	}
+	if hostsNames(own, hostname) {
+		return nil
+	}
+	body := hostsWith(own, hostname)
+	if err := os.WriteFile(guestHostsFile, body, 0o644); err != nil {
+		return fmt.Errorf("%s: %w", guestHostsFile, err)
+	}
+	if err := os.Chown(guestHostsFile, uid, uid); err != nil {
+		return fmt.Errorf("%s: %w", guestHostsFile, err)
+	}
+	if err := unix.Mount(guestHostsFile, fmt.Sprintf("/proc/self/fd/%d", fd), "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind /etc/hosts: %w", err)
+	}
+	return nil
+}
+
+// hostsNames reports whether a hosts file names host (an alias of any
+// address, comments aside).
+func hostsNames(hosts []byte, host string) bool {
+	for _, line := range strings.Split(string(hosts), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		f := strings.Fields(line)
+		for _, name := range f[min(1, len(f)):] {
+			if strings.EqualFold(name, host) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hostsWith returns hosts (the localhost lines when empty) with a line
+// naming host at 127.0.1.1, as Debian's installer writes it.
+func hostsWith(hosts []byte, host string) []byte {
+	if len(strings.TrimSpace(string(hosts))) == 0 {
+		hosts = []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	}
+	out := append([]byte(nil), hosts...)
+	if out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	return append(out, "127.0.1.1\t"+host+"\n"...)
 }

@@ -33,8 +33,11 @@ const (
 
 // inNewNetns runs fn on an OS thread that first unshares a fresh network
 // namespace (owned by the initial user namespace, since the driver runs as
-// root there) with its loopback up. Processes fn starts inherit that
-// namespace. The thread is thrown away afterwards.
+// root there) with its loopback up and ICMP echo sockets open to every
+// group (net.ipv4.ping_group_range, as Docker sets it: the guest's
+// CAP_NET_RAW does not reach a namespace it does not own, so this is how
+// ping works). Processes fn starts inherit that namespace. The thread is
+// thrown away afterwards.
 func inNewNetns(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
@@ -45,6 +48,11 @@ func inNewNetns(fn func() error) error {
 		}
 		if err := loopbackUp(); err != nil {
 			errc <- err
+			return
+		}
+		// /proc/sys/net is the opening thread's namespace.
+		if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0); err != nil {
+			errc <- fmt.Errorf("sim: ping_group_range: %w", err)
 			return
 		}
 		errc <- fn()

@@ -168,25 +168,27 @@ func (d *Driver) shiftedLower(src string) (string, error) {
 }
 
 // mountOverlay mounts lowers (top first) and dir's upper (on its mounted
-// disk) at dir/rootfs
-// (host mount namespace). The layer paths are given relative to dir, from a
-// thread whose working directory is dir: the kernel shows the options as
-// given (in the guest's /proc/self/mountinfo too), so no host path leaks
-// into the guest.
+// disk) at dir/rootfs (host mount namespace). The kernel shows the layer
+// options as given, in the guest's /proc/self/mountinfo too, so none may
+// carry a host path: the lower layers (the agent layer under the driver's
+// root, the template copy under LowerCache, anywhere on the host) are
+// named by descriptor, /proc/self/fd/<n>; upper and work relative to dir,
+// from a thread whose working directory is dir.
 func mountOverlay(dir string, lowers ...string) error {
 	target := filepath.Join(dir, rootfsDir)
 	_ = unix.Unmount(target, unix.MNT_DETACH) // a stale mount of a previous run
-	rel := make([]string, len(lowers))
+	names := make([]string, len(lowers))
 	for i, l := range lowers {
-		r, err := filepath.Rel(dir, l)
+		fd, err := unix.Open(l, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return err
+			return fmt.Errorf("sim: overlay layer %s: %w", l, err)
 		}
-		rel[i] = r
+		defer unix.Close(fd)
+		names[i] = fmt.Sprintf("/proc/self/fd/%d", fd)
 	}
 	// upper/ and work/ are on the VM's disk (checked real directories by
 	// mountDisk; the disk's top level is never the guest's).
-	base := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(rel, ":"),
+	base := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(names, ":"),
 		path.Join(diskMount, upperDir), path.Join(diskMount, workDir))
 	errc := make(chan error, 1)
 	go func() {
