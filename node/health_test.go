@@ -442,3 +442,23 @@ func TestSweep_HungWarmAgentsAreEvicted(t *testing.T) {
 		t.Fatalf("the claimed sandbox: %+v %v", got, err)
 	}
 }
+
+// Every request the API answers is counted by route and status, so an
+// operator (and the attack suite) can see what a caller's traffic costs
+// the node: an unauthenticated sandbox lookup is one 401 on its route.
+func TestMetrics_CountRequestsByRouteAndCode(t *testing.T) {
+	tn := startNode(t, newFakeDriver(), nil)
+	for range 3 {
+		rawDo(t, "GET", tn.srv.URL+"/v1/sandboxes/sb_nope", "", "")
+	}
+	rawDo(t, "GET", tn.srv.URL+"/healthz", "", "")
+	_, body := rawDo(t, "GET", tn.srv.URL+"/metrics", "", "")
+	for _, want := range []string{
+		`hearth_node_http_requests_total{code="401",route="GET /v1/sandboxes/{id}"} 3`,
+		`hearth_node_http_requests_total{code="200",route="GET /healthz"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("metrics lack %s:\n%s", want, grepLines(body, "hearth_node_http_requests_total"))
+		}
+	}
+}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hearthvm/hearth/internal/serve"
@@ -70,7 +72,48 @@ func bearer(r *http.Request) (string, bool) {
 // write deadlines, but the change stream (GET /v1/watch) lifts them once
 // root is authenticated; serve it with serve.NewServer and serve.Listen for
 // the header and idle timeouts and the connection cap.
-func (n *Node) Handler() http.Handler { return serve.Deadlines(n.mux(), n.cfg.Timeouts, nil) }
+func (n *Node) Handler() http.Handler {
+	return serve.Deadlines(countRequests(n.mux(), n.metrics.requests), n.cfg.Timeouts, nil)
+}
+
+// countRequests counts each request h answers in c, by the route pattern
+// the mux matched (r.Pattern, set once it routed) and the status code.
+func countRequests(h http.Handler, c *prometheus.CounterVec) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		c.WithLabelValues(r.Pattern, strconv.Itoa(sw.code)).Inc()
+	})
+}
+
+// statusWriter remembers the status code; Unwrap keeps
+// http.ResponseController (deadlines, flushes, full duplex) working.
+type statusWriter struct {
+	http.ResponseWriter
+	code    int
+	written bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.written {
+		w.code, w.written = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.written = true
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	w.written = true
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (n *Node) mux() http.Handler {
 	mux := http.NewServeMux()

@@ -19,6 +19,11 @@ type metrics struct {
 	warmEvictions   prometheus.Counter
 	probeErrors     prometheus.Counter
 	restores        *prometheus.CounterVec
+	// requests counts every request the node's API answered, by route
+	// pattern ("" for one no route matched) and status code: what a
+	// caller's traffic costs the node (the attack suite counts node calls
+	// with it).
+	requests *prometheus.CounterVec
 }
 
 var (
@@ -55,13 +60,15 @@ func newMetrics(n *Node) *metrics {
 			Help: "Claimed sandboxes whose agent died that the health sweep restored (Driver.Restore), by result (ok, failed)."},
 			[]string{"result"}),
 	}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hearth_node_http_requests_total",
+		Help: "Requests the node's API answered, by route pattern and status code."}, []string{"route", "code"})
 	for _, l := range []string{"ok", "failed"} {
 		m.restores.WithLabelValues(l)
 	}
 	for _, l := range []string{"delivered", "no_capacity", "invalid", "error"} {
 		m.claims.WithLabelValues(l)
 	}
-	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures, m.warmEvictions, m.probeErrors, m.restores,
+	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures, m.warmEvictions, m.probeErrors, m.restores, m.requests,
 		tableCollector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
