@@ -13,7 +13,15 @@
 // Every request except GET /health must carry the sandbox token in
 // X-Access-Token when Options.Token is set (401 otherwise), or be a /files
 // request signed with it (signature.go). A request carrying
-// ForwardPortHeader is forwarded to that port of the guest — except port
+// ForwardPortHeader (a valid port) may carry instead the forward-only
+// credential ForwardToken(token) in ForwardTokenHeader, which opens that
+// forward and never the agent's own routes: the e2b gateway sends it for
+// requests it admitted to a guest port only (a public port, the traffic
+// token, a router port forward), so such a request cannot reach the
+// agent's API even if its forward header were lost on the way. A
+// forwarded request reaches the guest without any X-Hearth-* header or
+// X-Access-Token. A request carrying ForwardPortHeader is forwarded to
+// that port of the guest — except port
 // InterpreterPort (49999), which the agent answers itself: e2b's code
 // interpreter API (POST /execute, /contexts) over python3 processes running
 // an embedded standard-library driver, python only, no Jupyter, IPython,
@@ -168,7 +176,10 @@ func (a *agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if tok := a.token(); tok != "" && (fwd || !(r.Method == http.MethodGet && r.URL.Path == "/health")) {
 		got := r.Header.Get("X-Access-Token")
 		signed := !fwd && got == "" && VerifyFileSignature(r, tok, time.Now()) == nil
-		if !signed && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+		// The forward-only credential opens a forward to a valid port and
+		// nothing else: never the agent's own routes.
+		forwardOnly := fwd && ferr == nil && got == "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(ForwardTokenHeader)), []byte(ForwardToken(tok))) == 1
+		if !signed && !forwardOnly && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
 			if strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem.") {
 				writeUnaryError(w, errorf(codeUnauthenticated, "missing or invalid X-Access-Token"))
 				return

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -9,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -17,7 +21,8 @@ import (
 // guest's loopback. It is how the e2b gateway reaches any port of a
 // sandbox (E2b-Sandbox-Port) through the one address it knows, the
 // agent's. A forwarded request needs the sandbox token like any other
-// (GET /health included); the header and the token are not passed on.
+// (GET /health included), or the forward-only credential
+// (ForwardTokenHeader); no internal header and no token is passed on.
 // HTTP, streaming and upgraded (WebSocket) connections are forwarded.
 const ForwardPortHeader = "X-Hearth-Forward-Port"
 
@@ -25,6 +30,28 @@ const ForwardPortHeader = "X-Hearth-Forward-Port"
 // nothing listens on (the connection was refused), so that the gateway
 // can answer as e2b does for a closed port; its value is the port.
 const PortClosedHeader = "X-Hearth-Port-Closed"
+
+// InternalHeaderPrefix starts every header Hearth's components set for
+// each other (ForwardPortHeader, ForwardTokenHeader, SandboxIDHeader,
+// PortClosedHeader): a proxy drops a client's before setting its own, and
+// none reaches a guest app.
+const InternalHeaderPrefix = "X-Hearth-"
+
+// IsInternalHeader reports whether the header named name (any case) is in
+// the internal namespace (InternalHeaderPrefix).
+func IsInternalHeader(name string) bool {
+	return len(name) >= len(InternalHeaderPrefix) && strings.EqualFold(name[:len(InternalHeaderPrefix)], InternalHeaderPrefix)
+}
+
+// stripInternal drops every internal header and X-Access-Token from h:
+// what a guest app is never given.
+func stripInternal(h http.Header) {
+	for k := range h {
+		if IsInternalHeader(k) || strings.EqualFold(k, "X-Access-Token") {
+			delete(h, k)
+		}
+	}
+}
 
 // forwardPort parses ForwardPortHeader; ok is false when absent.
 func forwardPort(r *http.Request) (port int, ok bool, err error) {
@@ -47,9 +74,7 @@ var forwarder = &httputil.ReverseProxy{
 		host := net.JoinHostPort("127.0.0.1", port)
 		pr.SetURL(&url.URL{Scheme: "http", Host: host})
 		pr.Out.Host = net.JoinHostPort("localhost", port)
-		pr.Out.Header.Del(ForwardPortHeader)
-		pr.Out.Header.Del("X-Access-Token")
-		pr.Out.Header.Del(SandboxIDHeader)
+		stripInternal(pr.Out.Header)
 	},
 	ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 		if r.Context().Err() != nil {
@@ -84,4 +109,17 @@ func (a *agent) forward(w http.ResponseWriter, r *http.Request) {
 	// full-duplex body that net/http drains after the handler races with
 	// its read of the next request ("invalid concurrent Body.Read call").
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+}
+
+// ForwardTokenHeader carries the forward-only credential (ForwardToken):
+// what the e2b gateway sends, instead of the sandbox token, for a request
+// it admitted to a guest port only.
+const ForwardTokenHeader = "X-Hearth-Forward-Token"
+
+// ForwardToken is the forward-only credential of the agent whose access
+// token is token: HMAC-SHA256(token, "hearth agent forward"), 64 hex digits.
+func ForwardToken(token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("hearth agent forward"))
+	return hex.EncodeToString(m.Sum(nil))
 }

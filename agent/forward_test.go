@@ -95,3 +95,70 @@ func TestForward_UpgradedConnectionsFlowBothWays(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "echo:ping\n", line)
 }
+
+// TestForward_TheForwardTokenOpensForwardsOnly: ForwardToken(token) opens
+// a forward to a valid guest port and nothing else — not the agent's own
+// routes, whatever the path, and not with a port the agent cannot forward to.
+func TestForward_TheForwardTokenOpensForwardsOnly(t *testing.T) {
+	ta := startAgent(t, nil)
+	port := guestServer(t)
+	fwdTok := ForwardToken(testToken)
+	require.Regexp(t, `^[0-9a-f]{64}$`, fwdTok)
+	require.NotEqual(t, fwdTok, ForwardToken("other"))
+
+	only := map[string]string{"X-Access-Token": "", ForwardTokenHeader: fwdTok}
+	with := func(extra map[string]string) map[string]string {
+		h := map[string]string{}
+		for k, v := range only {
+			h[k] = v
+		}
+		for k, v := range extra {
+			h[k] = v
+		}
+		return h
+	}
+	resp := ta.do("GET", "/app", "", nil, with(map[string]string{ForwardPortHeader: port}))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, "GET /app host=localhost:"+port+" token= fwd= body=", string(b))
+
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/files?path=/etc/hostname"}, {"POST", "/process.Process/List"}, {"POST", "/process.Process/Start"},
+		{"POST", IdentityPath}, {"POST", "/init"}, {"POST", RuntimePrefix + "/execute"},
+	} {
+		resp := ta.do(tc.method, tc.path, "application/json", strings.NewReader("{}"), only)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s %s with the forward token alone", tc.method, tc.path)
+	}
+	for _, bad := range []string{"0", "65536", "http", "", " "} {
+		resp := ta.do("GET", "/files?path=/etc/hostname", "", nil, with(map[string]string{ForwardPortHeader: bad}))
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "port %q", bad)
+	}
+	resp = ta.do("GET", "/app", "", nil, map[string]string{"X-Access-Token": "", ForwardTokenHeader: ForwardToken("other"), ForwardPortHeader: port})
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "another agent's forward token")
+	resp = ta.do("GET", "/app", "", nil, map[string]string{"X-Access-Token": "", ForwardTokenHeader: testToken, ForwardPortHeader: port})
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the token is not the forward token")
+}
+
+// TestForward_TheGuestSeesNoInternalHeader: a forwarded request reaches
+// the guest's app without any X-Hearth-* header (any case) or X-Access-Token.
+func TestForward_TheGuestSeesNoInternalHeader(t *testing.T) {
+	ta := startAgent(t, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var seen []string
+		for k := range r.Header {
+			if IsInternalHeader(k) || strings.EqualFold(k, "X-Access-Token") {
+				seen = append(seen, k)
+			}
+		}
+		_, _ = io.WriteString(w, strings.Join(seen, ","))
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	resp := ta.do("GET", "/", "", nil, map[string]string{
+		ForwardPortHeader: port, ForwardTokenHeader: ForwardToken(testToken), SandboxIDHeader: "sb1",
+		"X-Hearth-Anything": "x", "x-hearth-lower": "y", "Connection": "keep-alive",
+	})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	b, _ := io.ReadAll(resp.Body)
+	require.Empty(t, string(b))
+}

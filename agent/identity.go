@@ -13,7 +13,12 @@ import (
 // still holds the checkpointed guest's token (see vmm/qemu). With
 // Options.TokenFile set, the new token is written there (atomically) before
 // it takes effect, so an agent restarted from that file keeps it.
-const IdentityPath = "/hearth/identity"
+const IdentityPath = InternalPathPrefix + "identity"
+
+// InternalPathPrefix starts the agent's paths that are for the node alone
+// (IdentityPath): the e2b gateway answers 404 for them, so no client
+// reaches them through its data plane or router, token or not.
+const InternalPathPrefix = "/hearth/"
 
 // token is the access token currently required (empty: none).
 func (a *agent) token() string {

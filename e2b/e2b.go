@@ -28,7 +28,12 @@
 // or by e2b's host "<port>-<sandboxId>.<Domain>" (HostRoute): port 49983
 // (or none) is the agent itself; any other port goes through the agent's
 // authenticated forward (agent.ForwardPortHeader) to that port of the
-// guest — 49999 to the agent's own code interpreter. A create for
+// guest — 49999 to the agent's own code interpreter — with the
+// forward-only credential (agent.ForwardToken), never the sandbox token.
+// Identity and routing are set on the outbound request alone, in the
+// proxy's Rewrite (upstream), after every client-sent internal header is
+// dropped; the agent's node-only paths (agent.InternalPathPrefix) are 404.
+// A create for
 // BaseTemplate or CodeInterpreterTemplate claims from the default pool
 // (TemplateAliases).
 // A driver that can dial guest ports directly would plug in at the
@@ -288,22 +293,23 @@ const maxBodyBytes = 1 << 20
 // by a well-formed access token (or an API key); either failing is a 401
 // that costs no node call.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if id, port, ok := HostRoute(r.Host, g.cfg.Domain); ok {
-		r.Header.Set("E2b-Sandbox-Id", id)
-		r.Header.Set("E2b-Sandbox-Port", port)
+	id, port := r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port")
+	hid, hport, hostRouted := HostRoute(r.Host, g.cfg.Domain)
+	if hostRouted {
+		id, port = hid, hport
 	}
 	if r.Header.Get(HeaderSandboxID) != "" {
 		g.serveRouter(w, r)
 		return
 	}
-	if r.Header.Get("E2b-Sandbox-Id") != "" {
+	if id != "" {
 		if !wellFormedToken(r.Header.Get("X-Access-Token")) && !wellFormedToken(r.Header.Get(TrafficTokenHeader)) &&
-			!g.keyed(r) && !agent.HasFileSignature(r) && !publicPortRequest(r) {
+			!g.keyed(r) && !agent.HasFileSignature(r) && !publicPortValue(port) {
 			writeError(w, http.StatusUnauthorized, "missing or invalid X-Access-Token")
 			return
 		}
 		serve.Unbound(w) // a data-plane stream lasts as long as it needs
-		g.serveData(w, r)
+		g.serveData(w, r, id, port)
 		return
 	}
 	if !(r.Method == http.MethodGet && r.URL.Path == "/health") && !g.authorized(r) {

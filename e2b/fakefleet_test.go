@@ -53,6 +53,8 @@ func (f *fakeFleet) lookupCount() int {
 type fakeSandbox struct {
 	loc nodeapi.Sandbox
 	srv *httptest.Server
+	// root is the agent's root (its guest file system).
+	root string
 }
 
 func newFakeFleet(t testing.TB) *fakeFleet {
@@ -78,7 +80,8 @@ func (f *fakeFleet) newSandbox(key pool.Key, ttl int64, ref string, env, md map[
 	f.seq++
 	id := fmt.Sprintf("sb_%04d", f.seq)
 	token := fakeToken(f.seq)
-	srv := httptest.NewServer(agent.NewHandler(agent.Options{Token: token, Root: f.t.TempDir()}))
+	root := f.t.TempDir()
+	srv := httptest.NewServer(agent.NewHandler(agent.Options{Token: token, Root: root}))
 	if len(env) > 0 {
 		b, _ := json.Marshal(map[string]any{"envVars": env})
 		req, _ := http.NewRequest("POST", srv.URL+"/init", bytes.NewReader(b))
@@ -97,7 +100,7 @@ func (f *fakeFleet) newSandbox(key pool.Key, ttl int64, ref string, env, md map[
 	if f.claimedAt != nil {
 		claimed = f.claimedAt(f.seq)
 	}
-	s := &fakeSandbox{srv: srv, loc: nodeapi.Sandbox{
+	s := &fakeSandbox{srv: srv, root: root, loc: nodeapi.Sandbox{
 		ID: id, Template: key.Template, Net: key.Net, Size: key.Size, ClaimRef: ref,
 		AgentAddr: srv.Listener.Addr().String(), Deadline: now.Add(time.Duration(ttl) * time.Second),
 		ClaimedAt: claimed, Metadata: md, Token: token,

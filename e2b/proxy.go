@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +27,9 @@ import (
 // another port through the agent's forward to that guest port — after the sandbox
 // token (X-Access-Token) is checked: first its form, before any lookup
 // (ServeHTTP), then its value against the sandbox's, always; a signed file
-// URL (agent.VerifyFileSignature) stands in for the token on /files. An
+// URL (agent.VerifyFileSignature) stands in for the token on /files. What
+// the agent gets is decided here and set by the proxy's Rewrite on the
+// outbound request only (upstream, rewrite). An
 // unknown, killed or paused sandbox answers 502, which the SDK reads as
 // "not running" — a paused sandbox created with autoResume is resumed by
 // the request instead.
@@ -46,8 +49,6 @@ type route struct {
 	private bool
 	exp     time.Time
 }
-
-type routeKey struct{}
 
 func (g *gateway) dropRoute(rawID string) {
 	g.mu.Lock()
@@ -109,9 +110,8 @@ func (g *gateway) route(ctx context.Context, given string, anonymous bool) (rout
 
 var errPaused = errors.New("the sandbox is paused; connect to resume it")
 
-func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get("E2b-Sandbox-Id")
-	port, err := sandboxPort(r.Header.Get("E2b-Sandbox-Port"))
+func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValue string) {
+	port, err := sandboxPort(portValue)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "sandbox %q: %v", id, err)
 		return
@@ -119,7 +119,8 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 	// Never skipped: a sandbox whose record carries no token is refused,
 	// not served open.
 	tok, traffic := r.Header.Get("X-Access-Token"), r.Header.Get(TrafficTokenHeader)
-	anonymous := tok == "" && traffic == "" && !agent.HasFileSignature(r)
+	signed := tok == "" && port == EnvdPort && agent.HasFileSignature(r)
+	anonymous := tok == "" && traffic == "" && !signed
 	rt, err := g.route(r.Context(), id, anonymous)
 	if err != nil {
 		if errors.Is(err, fleet.ErrNotFound) {
@@ -129,18 +130,25 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, "sandbox %q: %v", id, err)
 		return
 	}
-	r.Header.Del(TrafficTokenHeader) // never passed on
-	if tok == "" && traffic != "" && port != EnvdPort {
-		// The traffic access token (TrafficToken) opens the sandbox's
-		// ports; the agent gets the sandbox token.
+	// Any other port than envd's is reached through the agent's forward
+	// (agent.ForwardPortHeader), with the forward-only credential whatever
+	// admitted the request: it opens that port and never the agent's API.
+	u := upstream{route: rt, cred: credForward}
+	if port == EnvdPort {
+		u.cred = credToken
+	} else {
+		u.port = port
+	}
+	switch {
+	case tok == "" && traffic != "" && port != EnvdPort:
+		// The traffic access token (TrafficToken) opens the sandbox's ports.
 		if rt.token == "" || subtle.ConstantTimeCompare([]byte(traffic), []byte(TrafficToken(rt.token))) != 1 {
 			writeError(w, http.StatusUnauthorized, "invalid %s for sandbox %q", TrafficTokenHeader, id)
 			return
 		}
-		r.Header.Set("X-Access-Token", rt.token)
-	} else if tok == "" && agent.HasFileSignature(r) {
+	case signed:
 		// A signed file URL (Sandbox.downloadUrl / uploadUrl) stands in
-		// for the token; the agent checks it again.
+		// for the token; the agent checks it again, and gets no token.
 		if err := agent.VerifyFileSignature(r, rt.token, g.now()); err != nil {
 			// 401 with envd's own message for an expired one, as e2b answers.
 			if errors.Is(err, agent.ErrSignatureExpired) {
@@ -150,33 +158,110 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusUnauthorized, "sandbox %q: %v", id, err)
 			return
 		}
-	} else if anonymous && publicPort(port) && !rt.private && rt.token != "" {
+		u.cred = credNone
+	case anonymous && publicPort(port) && !rt.private && rt.token != "":
 		// A public port (e2b's default, allowPublicTraffic): what the
-		// sandbox's own code listens on answers anyone holding its URL;
-		// the agent's forward gets the sandbox token, never passed on.
-		r.Header.Set("X-Access-Token", rt.token)
-	} else if rt.token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(rt.token)) != 1 {
+		// sandbox's own code listens on answers anyone holding its URL.
+	case rt.token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(rt.token)) != 1:
 		writeError(w, http.StatusUnauthorized, "missing or invalid X-Access-Token for sandbox %q", id)
 		return
 	}
-	// Any other port than envd's is reached through the agent's forward
-	// (agent.ForwardPortHeader); a client never picks it directly.
-	r.Header.Del(agent.ForwardPortHeader)
-	// The agent learns the id it is addressed by (E2B_SANDBOX_ID).
-	r.Header.Set(agent.SandboxIDHeader, RenderID(rt.id))
-	if port != EnvdPort {
-		r.Header.Set(agent.ForwardPortHeader, strconv.Itoa(port))
+	g.proxyTo(w, r, u)
+}
+
+// upstream is the gateway's decision for one admitted request: which
+// agent, which guest port, with what credential. It travels in the
+// request's context to the proxy's Rewrite, which alone puts identity and
+// routing on the outbound request — after the proxy has removed the
+// hop-by-hop headers, so a header a client names in Connection cannot
+// take any of it away — and drops every internal header a client sent
+// (agent.IsInternalHeader, X-Access-Token, the traffic token) first.
+type upstream struct {
+	route
+	// port is the guest port the agent forwards to; 0 is the agent's own API.
+	port int
+	// cred is what the agent is given.
+	cred credential
+	// prefix goes before the path (the router's runtime API).
+	prefix string
+	// dropAuthorization keeps the caller's Authorization (the router's
+	// bearer token) from the agent.
+	dropAuthorization bool
+}
+
+// credential is what the gateway gives the agent for a request.
+type credential int
+
+const (
+	// credNone: nothing (a signed file URL, which the agent checks itself).
+	credNone credential = iota
+	// credToken: the sandbox token in X-Access-Token — the agent's API.
+	credToken
+	// credForward: agent.ForwardToken in agent.ForwardTokenHeader — the
+	// forward to upstream.port and nothing else.
+	credForward
+)
+
+type upstreamKey struct{}
+
+// proxyTo sends r to u. The agent's paths for the node alone
+// (agent.InternalPathPrefix) answer 404: no client reaches them.
+func (g *gateway) proxyTo(w http.ResponseWriter, r *http.Request, u upstream) {
+	if u.port == 0 && internalPath(u.prefix+r.URL.Path) {
+		writeError(w, http.StatusNotFound, "no route for %s %q", r.Method, r.URL.Path)
+		return
 	}
 	// The agent answers a stream before the proxy has seen the end of the
 	// request body; without full duplex the server would discard and close
 	// that body under the proxy's feet as soon as the answer's headers go out,
 	// and the proxy would drop the upstream connection mid-stream.
 	_ = http.NewResponseController(w).EnableFullDuplex()
-	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
+	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamKey{}, u)))
 	// Reach the end of the body before returning (see envd's drainBody): a
 	// full-duplex body drained by net/http after the handler races with the
 	// next request on the connection.
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+}
+
+// internalPath reports whether p, cleaned as a server would, is one of the
+// agent's internal paths.
+func internalPath(p string) bool {
+	c := path.Clean("/" + p)
+	return c+"/" == agent.InternalPathPrefix || strings.HasPrefix(c, agent.InternalPathPrefix)
+}
+
+// rewrite is the proxy's Rewrite: u's agent, and on the outbound request
+// only, u's identity and routing.
+func rewrite(pr *httputil.ProxyRequest) {
+	u := pr.In.Context().Value(upstreamKey{}).(upstream)
+	pr.SetURL(&url.URL{Scheme: "http", Host: u.addr})
+	pr.Out.Host = u.addr
+	if u.prefix != "" {
+		pr.Out.URL.Path = u.prefix + pr.Out.URL.Path
+		if pr.Out.URL.RawPath != "" {
+			pr.Out.URL.RawPath = u.prefix + pr.Out.URL.RawPath
+		}
+	}
+	h := pr.Out.Header
+	for k := range h {
+		if agent.IsInternalHeader(k) || strings.EqualFold(k, "X-Access-Token") || strings.EqualFold(k, TrafficTokenHeader) {
+			delete(h, k)
+		}
+	}
+	if u.dropAuthorization {
+		h.Del("Authorization")
+	}
+	// The agent learns the id it is addressed by (E2B_SANDBOX_ID).
+	h.Set(agent.SandboxIDHeader, RenderID(u.id))
+	switch u.cred {
+	case credToken:
+		h.Set("X-Access-Token", u.token)
+	case credForward:
+		h.Set(agent.ForwardTokenHeader, agent.ForwardToken(u.token))
+	}
+	if u.port != 0 {
+		h.Set(agent.ForwardPortHeader, strconv.Itoa(u.port))
+	}
 }
 
 // publicPort reports whether port may be public: every port but the
@@ -186,10 +271,11 @@ func publicPort(port int) bool {
 	return port != EnvdPort && port != agent.InterpreterPort
 }
 
-// publicPortRequest reports whether r names a port that may be public
-// (publicPort); whether it is, the sandbox's record decides (route.private).
-func publicPortRequest(r *http.Request) bool {
-	p, err := sandboxPort(r.Header.Get("E2b-Sandbox-Port"))
+// publicPortValue reports whether an E2b-Sandbox-Port value names a port
+// that may be public (publicPort); whether it is, the sandbox's record
+// decides (route.private).
+func publicPortValue(v string) bool {
+	p, err := sandboxPort(v)
 	return err == nil && publicPort(p)
 }
 
@@ -216,21 +302,17 @@ func (g *gateway) newProxy(tr http.RoundTripper) http.Handler {
 		}
 	}
 	return &httputil.ReverseProxy{
-		Transport:     tr,
-		FlushInterval: -1, // stream every write (Connect server streams)
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			rt := pr.In.Context().Value(routeKey{}).(route)
-			pr.SetURL(&url.URL{Scheme: "http", Host: rt.addr})
-			pr.Out.Host = rt.addr
-		},
+		Transport:      tr,
+		FlushInterval:  -1, // stream every write (Connect server streams)
+		Rewrite:        rewrite,
 		ModifyResponse: closedPort,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			rt, _ := r.Context().Value(routeKey{}).(route)
-			g.dropRoute(rt.id)
+			u, _ := r.Context().Value(upstreamKey{}).(upstream)
+			g.dropRoute(u.id)
 			if r.Context().Err() != nil {
 				return // the client went away
 			}
-			writeError(w, http.StatusBadGateway, "sandbox %q is not reachable: %v", r.Header.Get("E2b-Sandbox-Id"), err)
+			writeError(w, http.StatusBadGateway, "sandbox %q is not reachable: %v", RenderID(u.id), err)
 		},
 	}
 }
@@ -260,8 +342,8 @@ func closedPort(resp *http.Response) error {
 		return nil
 	}
 	resp.Header.Del(agent.PortClosedHeader)
-	rt, _ := resp.Request.Context().Value(routeKey{}).(route)
-	id := RenderID(rt.id)
+	u, _ := resp.Request.Context().Value(upstreamKey{}).(upstream)
+	id := RenderID(u.id)
 	var body []byte
 	if strings.Contains(resp.Request.Header.Get("User-Agent"), "Mozilla/") {
 		resp.Header.Set("Content-Type", "text/html; charset=utf-8")

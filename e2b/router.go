@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,8 +29,9 @@ import (
 //     sandbox-dev's own authenticator and authorizer when embedded), or
 //   - the sandbox's own token, as that bearer token or in X-Access-Token.
 //
-// The caller's credential never reaches the guest: the agent gets the
-// sandbox token in X-Access-Token instead.
+// The caller's credential never reaches the agent: for the runtime API it
+// gets the sandbox token in X-Access-Token, for a port forward only the
+// forward-only credential (agent.ForwardToken).
 
 // Router protocol headers.
 const (
@@ -136,22 +136,15 @@ func (g *gateway) serveRouter(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, "sandbox %s/%s has no agent", ns, name)
 		return
 	}
-	r.Header.Del("Authorization")
-	r.Header.Set("X-Access-Token", s.Token)
-	r.Header.Del(agent.ForwardPortHeader)
-	r.Header.Set("E2b-Sandbox-Id", s.ID) // for the proxy's error messages
+	// The caller's credential never reaches the agent; the runtime API
+	// gets the sandbox token, a port forward only the forward token.
+	u := upstream{route: route{id: s.ID, addr: s.AgentAddr, token: s.Token}, dropAuthorization: true}
 	if port == RuntimePort {
-		r.URL.Path = agent.RuntimePrefix + r.URL.Path
-		if r.URL.RawPath != "" {
-			r.URL.RawPath = agent.RuntimePrefix + r.URL.RawPath
-		}
+		u.prefix, u.cred = agent.RuntimePrefix, credToken
 	} else {
-		r.Header.Set(agent.ForwardPortHeader, strconv.Itoa(port))
+		u.port, u.cred = port, credForward
 	}
-	_ = http.NewResponseController(w).EnableFullDuplex()
-	rt := route{id: s.ID, addr: s.AgentAddr, token: s.Token}
-	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
-	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+	g.proxyTo(w, r, u)
 }
 
 // byRef finds the sandbox named ref with its agent address and token: the
