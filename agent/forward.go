@@ -76,6 +76,11 @@ var forwarder = &httputil.ReverseProxy{
 		pr.Out.Host = net.JoinHostPort("localhost", port)
 		stripInternal(pr.Out.Header)
 	},
+	// Nor does a guest app speak for the agent (PortClosedHeader).
+	ModifyResponse: func(resp *http.Response) error {
+		stripInternal(resp.Header)
+		return nil
+	},
 	ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 		if r.Context().Err() != nil {
 			return

@@ -150,6 +150,7 @@ func TestForward_TheGuestSeesNoInternalHeader(t *testing.T) {
 				seen = append(seen, k)
 			}
 		}
+		w.Header().Set(PortClosedHeader, "1") // a guest app cannot speak for the agent
 		_, _ = io.WriteString(w, strings.Join(seen, ","))
 	}))
 	defer srv.Close()
@@ -161,4 +162,5 @@ func TestForward_TheGuestSeesNoInternalHeader(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	b, _ := io.ReadAll(resp.Body)
 	require.Empty(t, string(b))
+	require.Empty(t, resp.Header.Get(PortClosedHeader))
 }
