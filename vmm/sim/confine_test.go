@@ -86,10 +86,9 @@ func TestConfinement_NoHostVisible(t *testing.T) {
 	if r := run(t, h, `unshare -U true && echo UNSHARED; unshare -r true && echo UNSHARED; echo done`); strings.Contains(r.stdout, "UNSHARED") || !strings.Contains(r.stdout, "done") {
 		t.Fatalf("a guest created a user namespace: %v", r)
 	}
-	if r := run(t, h, `unshare -m -p -f true && echo ok`); r.stdout != "ok\n" {
-		t.Logf("other namespaces inside the guest: %v", r)
-	}
-	if r := run(t, h, `setpriv --reuid 1000 --regid 1000 --clear-groups cat /.hearth/token`); r.exit == 0 || strings.Contains(r.stdout, "secret") {
+	// (No other namespace either: TestConfinement_NoNamespacesMountsOrLinks.)
+	// busybox's setpriv cannot change ids: su does.
+	if r := run(t, h, `su -s /bin/sh user -c 'id -u; cat /.hearth/token'`); r.exit == 0 || r.stdout != "1000\n" {
 		t.Fatalf("uid 1000 read the token: %v", r)
 	}
 	procs := cgroupProcs(t, h)

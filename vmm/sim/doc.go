@@ -27,9 +27,10 @@
 // content, so an upgraded agent does not touch running VMs),
 // <root>/.images/busybox the built-in root filesystem used when
 // Options.Rootfs is nil. A VM's root is the overlay
-// agent layer : template lower : upper, with the layer paths given
-// relative to the VM directory so no host path shows in the guest's
-// mountinfo.
+// agent layer : template lower : upper. The kernel shows the overlay's
+// options to the guest (mountinfo) as given, so no host path is in them:
+// the lower layers are named by descriptor (/proc/self/fd/<n>, wherever
+// Options.LowerCache is), upper and work relative to the VM directory.
 //
 // # Templates
 //
@@ -70,27 +71,41 @@
 //     the agent layer) in a new user namespace (plus uts, ipc and cgroup
 //     namespaces) as the namespace's root, serving 0.0.0.0:49983, with
 //     --token-file /.hearth/token and --root /home/user. The agent's first
-//     act is to put itself under the syscall filter (package seccomp, asked
-//     for by $HEARTH_SIM_SECCOMP; the driver refuses a VM whose agent does
-//     not show "Seccomp: 2"), so every guest process inherits it. Then the
+//     act is to confine itself (package seccomp, asked for by
+//     $HEARTH_SIM_SECCOMP): the syscall filter, then its capability sets
+//     cut to Docker's default, so every guest process inherits both; the
+//     driver refuses a VM whose agent does not show "Seccomp: 2" and
+//     capability sets within seccomp.Capabilities. The agent and every
+//     guest process start with RLIMIT_NOFILE 1024 (soft) / 65536 (hard,
+//     which the guest cannot raise). Then the
 //     init drops to host uid/gid UIDBase+65536 (no account, no guest id) with
 //     no capabilities and no-new-privs, and only reaps children; when the
 //     agent exits the init exits and the kernel kills the rest of the pid
 //     namespace. Its command line, which the guest sees as pid 1's, is
 //     "hearth-sim-init <id>".
 //
-// The syscall filter (amd64; other architectures run without one) makes
-// clone/unshare with CLONE_NEWUSER fail (no nested user namespaces: they
-// open most of the kernel to the guest's root), clone3 return ENOSYS (libc
-// falls back to clone), and keyrings, bpf, perf_event_open, userfaultfd,
-// io_uring, module, kexec, swap, I/O-port and a few more calls fail with
-// EPERM; a foreign architecture kills the process.
+// The guest gets no more kernel surface than Docker's default seccomp
+// profile and capability set give a container. Its capabilities (in its
+// own user namespace; bounding, permitted and effective sets) are Docker's
+// default: CHOWN, DAC_OVERRIDE, FSETID, FOWNER, MKNOD, NET_RAW, SETGID,
+// SETUID, SETFCAP, SETPCAP, NET_BIND_SERVICE, SYS_CHROOT, KILL and
+// AUDIT_WRITE; a set-uid program cannot regain more. The syscall filter
+// (amd64; other architectures run without one, under the capability bound
+// alone) makes clone/unshare with any CLONE_NEW* flag and setns fail (no
+// namespace of any kind: a nested user namespace would open most of the
+// kernel to the guest's root, the others need capabilities it no longer
+// has), as well as every mount call (mount, umount2, pivot_root, open_tree,
+// move_mount, fsopen, fsconfig, fsmount, fspick, mount_setattr), keyrings,
+// bpf, perf_event_open, userfaultfd, io_uring, syslog, sethostname, NUMA
+// memory policies, module, kexec, swap, I/O-port and a few more calls
+// (EPERM); clone3 returns ENOSYS (libc falls back to clone, whose flags
+// are checked); a foreign architecture kills the process.
 //
 // The mount, pid and network namespaces belong to the initial user
-// namespace, so the guest's root cannot mount, unmount or change routes;
-// it can do what root in a user namespace can (own its files, chown within
-// its range, setuid to `user`, create mount/pid/... namespaces nested in its
-// own user namespace, but no nested user namespace).
+// namespace, and the guest makes no namespace of its own, so the guest's
+// root cannot mount, unmount, change routes or create network devices
+// anywhere; it can own its files, chown within its range, change ids
+// (sudo, apt's _apt sandbox), bind low ports and chroot.
 //
 // # Ids
 //
@@ -112,7 +127,15 @@
 // hierarchies, on v2 in the unified one (detected by
 // /sys/fs/cgroup/cgroup.controllers). The size class sets memory and CPU:
 // small 1 CPU / 2 GiB, medium 4 / 8 GiB, large 8 / 16 GiB (memory limit and
-// a CFS quota of cpus×100ms per 100ms), plus 4096 pids. Pause freezes the
+// a CFS quota of cpus×100ms per 100ms), plus pids.max 4096 (tasks: a fork
+// bomb stops there; RLIMIT_NPROC would count every VM's processes
+// together, their uids being shared). No cgroup controller counts open
+// files: a process holds at most 65536 (RLIMIT_NOFILE), and each open file
+// charges about 280 bytes to the VM's memory cgroup (kernel memory
+// accounting), so the memory limit bounds a VM's total (small: about 7
+// million). The node's fs.file-max should not be lower than that
+// (systemd's default is unlimited), or one VM can take the host's file
+// table. Pause freezes the
 // cgroup (freezer.state / cgroup.freeze) and Resume thaws it. Stop, Destroy
 // and failed starts kill every process in it (cgroup.kill on v2; otherwise
 // freeze, SIGKILL every task, thaw, until empty), then Destroy removes it.
@@ -131,10 +154,19 @@
 // # Network
 //
 // Egress VMs get /etc/resolv.conf naming 10.0.2.3 (a read-only bind from
-// the agent layer; a guest-made symlink there is left alone).
+// the agent layer; a guest-made symlink there is left alone). The hostname
+// is "sandbox", and /etc/hosts names it: an image's own /etc/hosts when it
+// does (the built-in images), else (most OCI images) a copy of it with
+// "127.0.1.1 sandbox" added, on the /.hearth tmpfs and bound over
+// /etc/hosts: writable by the guest's root, rewritten at each start, as
+// in Docker. The init opens the target inside the guest's root and on its
+// root mount (openat2 RESOLVE_IN_ROOT|RESOLVE_NO_XDEV) and binds onto the
+// descriptor, so a guest-made link cannot move the bind.
 //
 // Every VM has its own network namespace, created by the driver (owned by
-// the initial user namespace: the guest has no CAP_NET_ADMIN over it).
+// the initial user namespace: the guest has no CAP_NET_ADMIN over it, and
+// its CAP_NET_RAW makes no raw socket there; net.ipv4.ping_group_range is
+// "0 2147483647", as Docker sets it, so ping's ICMP echo sockets work).
 // "none": loopback only. "egress": slirp4netns (user-mode TCP/IP, run as
 // host root with --enable-sandbox --enable-seccomp --disable-host-loopback,
 // in the VM's cgroup so it is frozen and killed with the VM) gives tap0,
