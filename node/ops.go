@@ -334,7 +334,8 @@ func (n *Node) stats(ctx context.Context, id string) (nodeapi.Stats, error) {
 		}
 		out = nodeapi.Stats{ID: id, CPUCount: s.CPUCount, MemTotalBytes: s.MemTotalBytes, MemUsedBytes: s.MemUsedBytes,
 			MemUsedMeasured: s.MemUsedMeasured, RSSBytes: s.RSSBytes, PrivateBytes: s.PrivateBytes, SharedBytes: s.SharedBytes,
-			CPUSeconds: s.CPUSeconds, MeasuredAt: s.MeasuredAt, Paused: paused}
+			CPUSeconds: s.CPUSeconds, DiskTotalBytes: s.DiskTotalBytes, DiskUsedBytes: s.DiskUsedBytes,
+			MeasuredAt: s.MeasuredAt, Paused: paused}
 		return nil
 	})
 	return out, err
@@ -515,15 +516,22 @@ func (n *Node) snapshot(ctx context.Context, id, name string, kept bool) (nodeap
 			Dir: filepath.Join(n.dirs.snapshots, snapID),
 		}
 		n.mu.Lock()
-		err := n.cfg.Quota.checkSnapshotBytes(n.snapshotBytes(), 1)
+		used := n.snapshotBytes()
 		n.mu.Unlock()
-		if err != nil {
+		if err := n.cfg.Quota.checkSnapshotBytes(used, 1); err != nil {
 			return err
 		}
-		if err := n.driver.Snapshot(ctx, src.Handle, sr.Dir); err != nil {
+		// The driver stops copying past the budget left (a concurrent
+		// snapshot may use the same budget: the check below settles it).
+		bounded := vmm.WithSnapshotLimit(ctx, n.cfg.Quota.MaxSnapshotBytes-used)
+		if err := n.driver.Snapshot(bounded, src.Handle, sr.Dir); err != nil {
 			_ = os.RemoveAll(sr.Dir)
+			if errors.Is(err, vmm.ErrSnapshotTooLarge) {
+				return n.cfg.Quota.snapshotTooLarge(used)
+			}
 			return err
 		}
+		var err error
 		if sr.Snapshot.Bytes, err = dirBytes(sr.Dir); err != nil {
 			_ = os.RemoveAll(sr.Dir)
 			return err

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path/filepath"
+	"syscall"
 )
 
 // Quota bounds what callers may create beyond the warm pools. A sandbox
@@ -21,7 +22,9 @@ type Quota struct {
 	MaxTreeChildren int
 	// MaxNodeExtraVMs is the non-pool VMs alive at once on the node.
 	MaxNodeExtraVMs int
-	// MaxSnapshotBytes is the bytes of snapshots on the node's disk.
+	// MaxSnapshotBytes is the bytes of snapshots on the node's disk (what
+	// they take: allocated blocks, hard links once). A driver is handed
+	// what is left (vmm.WithSnapshotLimit) and stops a copy past it.
 	MaxSnapshotBytes int64
 }
 
@@ -34,7 +37,7 @@ func (q *Quota) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&q.MaxForkDepth, "max-fork-depth", q.MaxForkDepth, "deepest fork generation below a claimed sandbox (0 = no forks)")
 	fs.IntVar(&q.MaxTreeChildren, "max-fork-children", q.MaxTreeChildren, "fork children alive at once per sandbox tree (a claimed sandbox and all its forks)")
 	fs.IntVar(&q.MaxNodeExtraVMs, "max-extra-vms", q.MaxNodeExtraVMs, "VMs alive at once on the node beyond the warm pools' (fork children and snapshot-started sandboxes)")
-	fs.Int64Var(&q.MaxSnapshotBytes, "max-snapshot-bytes", q.MaxSnapshotBytes, "bytes of snapshots on the node's disk")
+	fs.Int64Var(&q.MaxSnapshotBytes, "max-snapshot-bytes", q.MaxSnapshotBytes, "bytes of snapshots on the node's disk (blocks they take; a snapshot that would pass it is stopped while copying and fails with 429)")
 }
 
 // Validate reports every negative bound.
@@ -167,19 +170,35 @@ func (n *Node) snapshotBytes() int64 {
 	return b
 }
 
-// dirBytes is the size of the regular files under dir.
+// snapshotTooLarge is the 429 of a snapshot the driver stopped copying
+// because it would pass the bound (used are the bytes of the snapshots
+// kept).
+func (q Quota) snapshotTooLarge(used int64) error {
+	return errorf(http.StatusTooManyRequests, "the snapshot would take more than the %d bytes left of this node's limit of %d bytes of snapshots (--max-snapshot-bytes); it was stopped and removed", max(q.MaxSnapshotBytes-used, 0), q.MaxSnapshotBytes)
+}
+
+// dirBytes is what the files under dir take on the host's disk: allocated
+// blocks (a sparse file counts its data, not its length), each inode once
+// (hard links are one file).
 func dirBytes(dir string) (int64, error) {
 	var total int64
+	seen := map[[2]uint64]bool{}
 	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.Type().IsRegular() {
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st, ok := info.Sys().(*syscall.Stat_t)
+		if !ok {
 			total += info.Size()
+			return nil
+		}
+		if id := [2]uint64{uint64(st.Dev), st.Ino}; !seen[id] {
+			seen[id] = true
+			total += st.Blocks * 512
 		}
 		return nil
 	})

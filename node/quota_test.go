@@ -1,11 +1,150 @@
 package node
 
 import (
+	"context"
+	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/hearthvm/hearth/nodeapi"
+	"github.com/hearthvm/hearth/vmm"
+	"github.com/hearthvm/hearth/vmm/vmmtest"
 )
+
+// markerBlock is what the fake driver's marker file takes on the disk of
+// the test's temporary directory (one block).
+var markerBlock = func() int64 {
+	f, err := os.CreateTemp("", "block")
+	if err != nil {
+		return 4096
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	_, _ = f.WriteString("vm-0123456789abcdef")
+	_ = f.Sync()
+	var st syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &st) != nil || st.Blocks == 0 {
+		return 4096
+	}
+	return st.Blocks * 512
+}()
+
+// boundedDriver is the fake driver honouring vmm.WithSnapshotLimit as a
+// real one does: a checkpoint of size bytes that would pass the bound
+// fails with vmm.ErrSnapshotTooLarge (after writing, and removing, part
+// of it). limits records the bound of every Snapshot (-1: none).
+type boundedDriver struct {
+	*vmmtest.Driver
+	size   int64
+	limits chan int64
+}
+
+func (d *boundedDriver) Snapshot(ctx context.Context, h vmm.Handle, dir string) error {
+	limit := vmm.SnapshotLimit(ctx)
+	select {
+	case d.limits <- limit:
+	default:
+	}
+	if limit >= 0 && d.size > limit {
+		_ = os.MkdirAll(dir, 0o700)
+		_ = os.WriteFile(filepath.Join(dir, "partial"), make([]byte, limit), 0o600)
+		_ = os.RemoveAll(dir)
+		return vmm.ErrSnapshotTooLarge
+	}
+	return d.Driver.Snapshot(ctx, h, dir)
+}
+
+// The driver is handed the node's snapshot budget that is left and stops
+// a copy past it: the snapshot fails with 429 naming --max-snapshot-bytes
+// and nothing is recorded or left on disk.
+func TestSnapshot_DriverStopsAtTheBudgetLeft(t *testing.T) {
+	drv := &boundedDriver{Driver: newFakeDriver(), size: 1, limits: make(chan int64, 8)}
+	const max = 1 << 20
+	tn := startNode(t, drv, func(c *Config) {
+		c.Quota = Quota{MaxForkDepth: 2, MaxTreeChildren: 8, MaxNodeExtraVMs: 8, MaxSnapshotBytes: max}
+	})
+	if _, err := tn.root.PutPools(bg, pools("img", 1)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 1)
+	lastLimit := func() int64 { // of the Snapshot that just returned
+		t.Helper()
+		select {
+		case n := <-drv.limits:
+			return n
+		default:
+			t.Fatal("no snapshot reached the driver")
+			return 0
+		}
+	}
+	for len(drv.limits) > 0 {
+		<-drv.limits // the golden checkpoint's
+	}
+	p, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := tn.root.Snapshot(bg, p.ID, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lastLimit(); got != max {
+		t.Fatalf("the first snapshot's bound is %d, want the whole %d", got, max)
+	}
+	drv.size = max // more than is left now
+	_, err = tn.root.Snapshot(bg, p.ID, "second")
+	if nodeapi.StatusOf(err) != http.StatusTooManyRequests || !strings.Contains(err.Error(), "--max-snapshot-bytes") {
+		t.Fatalf("a snapshot past the budget: %v, want 429 naming --max-snapshot-bytes", err)
+	}
+	if got := lastLimit(); got != max-first.Bytes {
+		t.Fatalf("the second snapshot's bound is %d, want what is left: %d", got, max-first.Bytes)
+	}
+	snaps, err := tn.root.Snapshots(bg)
+	if err != nil || len(snaps) != 1 {
+		t.Fatalf("snapshots after a stopped one: %+v %v", snaps, err)
+	}
+	ents, _ := os.ReadDir(tn.dirs.snapshots)
+	if len(ents) != 1 {
+		t.Fatalf("snapshot directories: %v", ents)
+	}
+}
+
+// A snapshot's bytes are what it takes on the host's disk: a sparse file
+// counts its data, hard links count once.
+func TestDirBytes_CountsAllocatedBlocksOnce(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(1 << 30); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, 1<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Sync()
+	f.Close()
+	for _, l := range []string{"a", "b", "c", "d", "e", "f", "g"} {
+		if err := os.Link(filepath.Join(dir, "sparse"), filepath.Join(dir, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := dirBytes(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 1<<20 || n > 2<<20 {
+		t.Fatalf("dirBytes of a 1 GiB sparse file with 1 MiB of data and 8 names: %d", n)
+	}
+	if _, err := dirBytes(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("dirBytes of a missing dir: %v", err)
+	}
+}
 
 func TestQuota_CheckFork(t *testing.T) {
 	q := Quota{MaxForkDepth: 2, MaxTreeChildren: 8, MaxNodeExtraVMs: 10}
@@ -102,9 +241,9 @@ func TestFork_SandboxTokenIsBoundByTheQuota(t *testing.T) {
 // its sandbox, root's (or promoted ones) stay; only root may keep one.
 func TestSnapshot_BytesCapKeepAndRelease(t *testing.T) {
 	tn := startNode(t, newFakeDriver(), func(c *Config) {
-		// The fake driver's snapshot is one marker file holding the VM id
-		// (about 19 bytes): room for two.
-		c.Quota = Quota{MaxForkDepth: 2, MaxTreeChildren: 8, MaxNodeExtraVMs: 8, MaxSnapshotBytes: 45}
+		// The fake driver's snapshot is a directory holding one marker
+		// file: two blocks of the host's disk. Room for two.
+		c.Quota = Quota{MaxForkDepth: 2, MaxTreeChildren: 8, MaxNodeExtraVMs: 8, MaxSnapshotBytes: 5 * markerBlock}
 	})
 	if _, err := tn.root.PutPools(bg, pools("img", 2)); err != nil {
 		t.Fatal(err)

@@ -278,12 +278,17 @@ type Stats struct {
 	// MemUsedMeasured is false when the VM is paused or not measurable.
 	MemUsedMeasured bool `json:"mem_used_measured"`
 	// RSS, private and shared bytes of the VM's process(es), from smaps.
-	RSSBytes     int64     `json:"rss_bytes,omitempty"`
-	PrivateBytes int64     `json:"private_bytes,omitempty"`
-	SharedBytes  int64     `json:"shared_bytes,omitempty"`
-	CPUSeconds   float64   `json:"cpu_seconds,omitempty"`
-	MeasuredAt   time.Time `json:"measured_at"`
-	Paused       bool      `json:"paused"`
+	RSSBytes     int64   `json:"rss_bytes,omitempty"`
+	PrivateBytes int64   `json:"private_bytes,omitempty"`
+	SharedBytes  int64   `json:"shared_bytes,omitempty"`
+	CPUSeconds   float64 `json:"cpu_seconds,omitempty"`
+	// DiskTotalBytes and DiskUsedBytes are the sandbox's disk (its
+	// writable root file system: the node's --disk-size) and the bytes in
+	// use on it, from its file system; 0 when the backend cannot tell.
+	DiskTotalBytes int64     `json:"disk_total_bytes,omitempty"`
+	DiskUsedBytes  int64     `json:"disk_used_bytes,omitempty"`
+	MeasuredAt     time.Time `json:"measured_at"`
+	Paused         bool      `json:"paused"`
 }
 
 // Error is every error body.
