@@ -31,8 +31,8 @@ exec mmdebstrap --variant=minbase --format=tar --include="$pkgs" \
 	--customize-hook='chroot "$1" groupadd --gid 1000 user' \
 	--customize-hook='chroot "$1" useradd --uid 1000 --gid 1000 --create-home --home-dir /home/user --shell /bin/bash user' \
 	--customize-hook='printf "user ALL=(ALL:ALL) NOPASSWD: ALL\n" > "$1/etc/sudoers.d/user" && chmod 0440 "$1/etc/sudoers.d/user"' \
-	--customize-hook='echo hearth > "$1/etc/hostname"' \
-	--customize-hook='printf "127.0.0.1\tlocalhost\n127.0.1.1\thearth\n::1\tlocalhost ip6-localhost ip6-loopback\n" > "$1/etc/hosts"' \
+	--customize-hook='echo sandbox > "$1/etc/hostname"' \
+	--customize-hook='printf "127.0.0.1\tlocalhost\n127.0.1.1\tsandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n" > "$1/etc/hosts"' \
 	--customize-hook='printf "[global]\nbreak-system-packages = true\n" > "$1/etc/pip.conf"' \
 	--customize-hook='rm -f "$1/etc/resolv.conf" && : > "$1/etc/resolv.conf"' \
 	--customize-hook='rm -f "$1/etc/machine-id" && : > "$1/etc/machine-id"' \

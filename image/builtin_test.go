@@ -51,11 +51,13 @@ func TestBuiltin_HasPythonGitSudoAndUser1000(t *testing.T) {
 	if fi, _ := os.Stat(sudoers); fi == nil || fi.Mode().Perm() != 0o440 {
 		t.Errorf("sudoers.d/user mode %v, want 0440", fi.Mode())
 	}
-	if got := strings.TrimSpace(readFile(t, filepath.Join(r.Dir, "etc/hostname"))); got != "hearth" {
+	// The sim backend's hostname, resolved by the image's own /etc/hosts
+	// (sudo looks it up).
+	if got := strings.TrimSpace(readFile(t, filepath.Join(r.Dir, "etc/hostname"))); got != "sandbox" {
 		t.Errorf("hostname = %q", got)
 	}
-	if !strings.Contains(readFile(t, filepath.Join(r.Dir, "etc/hosts")), "localhost") {
-		t.Error("etc/hosts has no localhost")
+	if hosts := readFile(t, filepath.Join(r.Dir, "etc/hosts")); !strings.Contains(hosts, "localhost") || !strings.Contains(hosts, "127.0.1.1\tsandbox\n") {
+		t.Errorf("etc/hosts:\n%s", hosts)
 	}
 }
 

@@ -2,7 +2,6 @@ package sim_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,11 +20,11 @@ func builtinDebian(t *testing.T) *sim.Driver {
 	if testing.Short() {
 		t.Skip("copies a Debian root filesystem")
 	}
-	dirs, _ := filepath.Glob(filepath.Join(image.DefaultRoot(), "rootfs", "builtin-*"))
-	if len(dirs) == 0 {
+	r, ok := (&image.Store{Root: image.DefaultRoot()}).Lookup(image.BuiltinDigest())
+	if !ok {
 		t.Skip("the built-in image is not cached (sandbox-image build)")
 	}
-	rootfs := dirs[0]
+	rootfs := r.Dir
 	d, err := sim.New(sim.Options{Root: t.TempDir(), AgentCommand: []string{testagent.Path(t)}, BootTimeout: 60 * time.Second,
 		Rootfs: func(context.Context, string) (string, error) { return rootfs, nil }})
 	if err != nil {
