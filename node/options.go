@@ -46,9 +46,13 @@ type Options struct {
 	// (Config.WarmCheckInterval): 0 = the default, negative = disabled.
 	WarmCheckInterval time.Duration
 	// Serve bounds the API's clients: per-request read and write
-	// timeouts, the idle timeout and the connection cap (--read-timeout,
-	// --write-timeout, --idle-timeout, --max-connections).
+	// timeouts and the idle timeout (--read-timeout, --write-timeout,
+	// --idle-timeout).
 	Serve serve.Options
+	// Conns are the process's connection limits (serve.Shared):
+	// --max-connections, --max-connections-per-source,
+	// --first-request-timeout.
+	Conns serve.Limits
 	// Quota bounds what one sandbox tree and the node may create beyond
 	// the warm pools (--max-fork-depth, ...).
 	Quota Quota
@@ -96,7 +100,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Serve.Read, "read-timeout", o.Serve.Read, "how long a client may take to send a request body (a stalled body is answered 400 this late)")
 	fs.DurationVar(&o.Serve.Write, "write-timeout", o.Serve.Write, "how long one request may take from its handler's start to its response's last byte")
 	fs.DurationVar(&o.Serve.Idle, "idle-timeout", o.Serve.Idle, "how long a keep-alive connection may sit idle between requests")
-	fs.IntVar(&o.Serve.MaxConns, "max-connections", o.Serve.MaxConns, "open API connections at most; 0 = the file-descriptor limit minus a reserve of 1024, negative = no cap")
+	fs.IntVar(&o.Conns.MaxConns, "max-connections", o.Conns.MaxConns, "open API connections at most; 0 = the file-descriptor limit less a reserve (1024 or an eighth of the limit, whichever is more), negative = no cap")
+	fs.IntVar(&o.Conns.MaxConnsPerSource, "max-connections-per-source", o.Conns.MaxConnsPerSource, "open API connections one source (an IPv4 address, an IPv6 /64) holds at most; at the cap its oldest connection that has not sent a full request gives way to a newcomer; 0 = a quarter of --max-connections, at least 64 and at most 4096; negative = no cap")
+	fs.DurationVar(&o.Conns.FirstRequest, "first-request-timeout", o.Conns.FirstRequest, "how long a new connection may take to send its first request's headers (0 = 5s, negative = no bound)")
 	o.Quota.AddFlags(fs)
 	fs.Var(kvFlag{&o.VMMOptions}, "vmm-opt", "backend-specific setting KEY=VALUE (repeatable): sim and qemu: image_cache (a dir; default: the host's image cache; empty: the backend's minimal busybox root); sim: rootfs, uid_base, cgroup_parent, lower_cache; qemu: binary, config, accel (auto|kvm|tcg), disk, egress_uid, egress_firewall; firecracker: binary, kernel, initrd, rootfs, boot_args; cloud-hypervisor: binary, kernel, initramfs, rootfs, cmdline, memory_restore_mode")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster to publish NodeInventory to (server-side apply); empty = no publishing unless --publish-in-cluster")

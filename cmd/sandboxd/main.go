@@ -85,6 +85,7 @@ func run(o *node.Options) error {
 		_ = n.Close(context.Background())
 		return err
 	}
+	serve.Shared().SetLimits(o.Conns)
 	ln = serve.Listen(ln, o.Serve)
 	srv := serve.NewServer(n.Handler(), o.Serve)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -1,8 +1,14 @@
 // Package serve hardens Hearth's HTTP servers (the node daemon, the e2b
-// gateway, the in-guest agent, the Pod-path webhook) against slow, idle and
-// too many clients: per-request read and write deadlines that streaming
-// routes opt out of, an idle timeout, and a connection cap sized to the
-// process's file-descriptor limit.
+// gateway, the in-guest agent, the Pod-path webhook, the aggregated API
+// server) against slow, idle and too many clients: per-request read and
+// write deadlines that streaming routes opt out of, an idle timeout, and a
+// connection Budget shared by every listener of the process and sized to
+// its file-descriptor limit, with a cap per source address and a deadline
+// for a new connection's first request. At a cap, a connection that has
+// not yet sent a full request gives way to a newcomer, so a client that
+// sends its request at once (a health probe, an authenticated caller)
+// always gets through, and a connection that has sent one is never closed
+// to make room.
 //
 // It owns no routes and no listeners' addresses: callers pass the handler
 // and the listener, and say which of their routes stream.
@@ -13,9 +19,6 @@ import (
 	"net"
 	"net/http"
 	"time"
-
-	"golang.org/x/net/netutil"
-	"golang.org/x/sys/unix"
 )
 
 // Timeouts bound how long one client may hold a connection.
@@ -41,64 +44,38 @@ var DefaultTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Sec
 // Options configure NewServer and Listen.
 type Options struct {
 	Timeouts
-	// MaxConns caps the open connections; 0 means DefaultMaxConns(),
-	// negative means no cap.
-	MaxConns int
+	// Budget is the connection budget Listen draws from; nil means the
+	// process's (Shared).
+	Budget *Budget
 	// Streaming reports the requests exempt from Timeouts.Read and
 	// Timeouts.Write from their start; nil means none is. A route that
 	// must authenticate first calls Unbound instead.
 	Streaming func(*http.Request) bool
 }
 
-// fdReserve is how many file descriptors the connection cap leaves to the
-// rest of the process (stores, VM sockets, health probes, logs).
-const fdReserve = 1024
-
-// minConns is the smallest default cap.
-const minConns = 64
-
-// DefaultMaxConns is the default connection cap: the soft RLIMIT_NOFILE
-// (which Go raises to the hard limit at start) minus fdReserve, at least
-// minConns. Accepted connections then never take the descriptors the
-// daemon needs for its own work, so resource exhaustion shows as queued
-// connections, not as failed VM probes or store writes.
-func DefaultMaxConns() int {
-	var rl unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY {
-		return 1 << 16
-	}
-	n := int64(rl.Cur) - fdReserve
-	if n > 1<<20 {
-		n = 1 << 20
-	}
-	return int(max(n, minConns))
-}
-
 // NewServer returns a server for h with o's header and idle timeouts, and
-// h wrapped in Deadlines for the per-request read and write deadlines. It
-// sets no server-wide ReadTimeout or WriteTimeout: those would also cut
-// the streaming routes.
+// h wrapped in Deadlines for the per-request read and write deadlines and
+// in Track for its Budget. It sets no server-wide ReadTimeout or
+// WriteTimeout: those would also cut the streaming routes.
 func NewServer(h http.Handler, o Options) *http.Server {
 	t := o.Timeouts.orDefault()
 	return &http.Server{
-		Handler:           Deadlines(h, t, o.Streaming),
+		Handler:           Track(Deadlines(h, t, o.Streaming)),
 		ReadHeaderTimeout: t.ReadHeader,
 		IdleTimeout:       t.Idle,
+		ConnContext:       withConn,
 	}
 }
 
-// Listen wraps ln so that at most o.MaxConns connections are open at once
-// (DefaultMaxConns when 0, none when negative); further ones wait in the
-// kernel's accept queue.
+// Listen wraps ln so that its connections draw from o.Budget (the
+// process's, Shared, when nil): see Budget for who gives way to whom. Serve
+// it with NewServer's server, or a handler wrapped in Track.
 func Listen(ln net.Listener, o Options) net.Listener {
-	n := o.MaxConns
-	if n == 0 {
-		n = DefaultMaxConns()
+	b := o.Budget
+	if b == nil {
+		b = Shared()
 	}
-	if n < 0 {
-		return ln
-	}
-	return netutil.LimitListener(ln, n)
+	return b.Listen(ln)
 }
 
 func (t Timeouts) orDefault() Timeouts {

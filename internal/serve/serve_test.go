@@ -2,7 +2,6 @@ package serve
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -119,50 +118,6 @@ func TestDeadlines_ALongOperationAfterItsBodyIsNotCanceled(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-}
-
-func TestListen_CapsConnections(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := Listen(ln, Options{MaxConns: 1})
-	defer l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	accepted := make(chan net.Conn, 2)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
-	c1, _ := net.Dial("tcp", ln.Addr().String())
-	defer c1.Close()
-	c2, _ := net.Dial("tcp", ln.Addr().String())
-	defer c2.Close()
-	first := <-accepted
-	select {
-	case <-accepted:
-		t.Fatal("a second connection was accepted over the cap")
-	case <-time.After(200 * time.Millisecond):
-	}
-	first.Close()
-	select {
-	case c := <-accepted:
-		c.Close()
-	case <-ctx.Done():
-		t.Fatal("the queued connection was never accepted")
-	}
-}
-
-func TestDefaultMaxConns_LeavesAReserve(t *testing.T) {
-	if n := DefaultMaxConns(); n < minConns {
-		t.Fatalf("DefaultMaxConns() = %d", n)
-	}
 }
 
 func TestUnbound_AnAuthenticatedStreamOutlivesTheTimeouts(t *testing.T) {
