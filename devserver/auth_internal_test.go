@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/hearthvm/hearth/e2b"
+	"github.com/hearthvm/hearth/server"
 )
 
 func TestAuthFor_TokensMapToUsersAndVerbs(t *testing.T) {
@@ -51,5 +54,24 @@ func TestAuthFor_TokensMapToUsersAndVerbs(t *testing.T) {
 		if err != nil || (d == authorizer.DecisionAllow) != tc.allowed {
 			t.Errorf("%s %s: decision %v (%v), want allowed=%v", tc.wantUser, tc.verb, d, err, tc.allowed)
 		}
+	}
+}
+
+// TestAuthFor_RouterNeedsExecOrPortForward: on the gateway's router, the
+// read-only token (get, list, watch) runs nothing — neither the runtime
+// API (create sandboxes/exec) nor a port forward (create
+// sandboxes/portforward); the admin token may do both.
+func TestAuthFor_RouterNeedsExecOrPortForward(t *testing.T) {
+	ra := server.RouterAuthorizer(authFor("admin-tok", "ro-tok"))
+	for _, sub := range []string{e2b.SubresourceExec, e2b.SubresourcePortForward} {
+		for tok, want := range map[string]bool{"admin-tok": true, "ro-tok": false, "": false, "wrong": false} {
+			ok, err := ra.AuthorizeSandbox(context.Background(), tok, "default", "demo", sub)
+			if err != nil || ok != want {
+				t.Errorf("token %q, create sandboxes/%s: %v (%v), want %v", tok, sub, ok, err, want)
+			}
+		}
+	}
+	if ok, _ := ra.AuthorizeSandbox(context.Background(), "admin-tok", "default", "demo", ""); ok {
+		t.Error("no subresource: allowed, want refused")
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +37,8 @@ func TestDevServer_AgentSandboxClientThroughClaimAndRouter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole dev system")
 	}
-	d := start(t, t.TempDir())
+	dir := t.TempDir()
+	d := start(t, dir)
 	defer d.stop(t)
 	eventually(t, 90*time.Second, "warm microVMs", func() (bool, string) {
 		w := d.nodesWarm(t)
@@ -76,6 +79,37 @@ func TestDevServer_AgentSandboxClientThroughClaimAndRouter(t *testing.T) {
 	}
 	if res.Stdout != "hello\nlate-bound\n" || res.Stderr != "oops\n" || res.ExitCode != 3 {
 		t.Errorf("run: %+v", res)
+	}
+	// The read-only kubeconfig's token (get, list, watch) runs nothing:
+	// neither the runtime API (create sandboxes/exec) nor a port (create
+	// sandboxes/portforward); the admin's token passes the same check.
+	ro, err := os.ReadFile(filepath.Join(dir, "readonly-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routed := func(token, port, path string) int {
+		req, _ := http.NewRequestWithContext(ctx, "POST", d.ready.E2B+path, strings.NewReader(`{"command":"id"}`))
+		req.Header.Set("X-Sandbox-ID", claim)
+		req.Header.Set("X-Sandbox-Namespace", "default")
+		req.Header.Set("X-Sandbox-Port", port)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, port := range []string{"8888", "8080"} {
+		if got := routed(strings.TrimSpace(string(ro)), port, "/execute"); got != http.StatusForbidden {
+			t.Errorf("read-only token on port %s: %d, want 403", port, got)
+		}
+	}
+	if got := routed(cfg.BearerToken, "8888", "/execute"); got != http.StatusOK {
+		t.Errorf("admin token on the runtime port: %d, want 200", got)
+	}
+	if got := routed(cfg.BearerToken, "8080", "/"); got != http.StatusBadGateway {
+		t.Errorf("admin token on a closed port: %d, want 502 (admitted, nothing listens)", got)
 	}
 	if err := sb.Write(ctx, "notes.txt", []byte("written through the router")); err != nil {
 		t.Fatalf("write: %v", err)

@@ -24,9 +24,12 @@ import (
 //
 // The caller proves access with either
 //   - a Kubernetes bearer token, or none (anonymous), (Authorization: Bearer) that
-//     Config.Authorizer accepts for `get sandboxes/<name>` in that
-//     namespace (TokenReview + SubjectAccessReview behind a kube-apiserver;
-//     sandbox-dev's own authenticator and authorizer when embedded), or
+//     Config.Authorizer accepts for `create sandboxes/exec` (the runtime
+//     port) or `create sandboxes/portforward` (any other port) of
+//     <name> in that namespace, as kube-apiserver asks of pods — running
+//     code is a write (TokenReview + SubjectAccessReview behind a
+//     kube-apiserver; sandbox-dev's own authenticator and authorizer when
+//     embedded), or
 //   - the sandbox's own token, as that bearer token or in X-Access-Token.
 //
 // The caller's credential never reaches the agent: for the runtime API it
@@ -43,19 +46,39 @@ const (
 // RuntimePort is agent-sandbox's runtime API port.
 const RuntimePort = 8888
 
+// Router subresources: what a caller must be allowed to `create` on
+// sandboxes/<name> (group agents.x-k8s.io), as kube-apiserver asks of
+// pods/exec and pods/portforward — running code is a write, not a read.
+const (
+	// SubresourceExec is the runtime port (RuntimePort): agent-sandbox's
+	// runtime API (execute, upload, download, list, exists).
+	SubresourceExec = "exec"
+	// SubresourcePortForward is any other port of the sandbox.
+	SubresourcePortForward = "portforward"
+)
+
 // A SandboxAuthorizer decides whether the holder of a Kubernetes bearer
-// token may get sandbox namespace/name. A false answer is a 403 unless the
-// token is the sandbox's own.
+// token (empty: anonymous) may `create` subresource (SubresourceExec or
+// SubresourcePortForward) of sandbox namespace/name. A false answer is a
+// refusal unless the token is the sandbox's own.
 type SandboxAuthorizer interface {
-	AuthorizeSandbox(ctx context.Context, bearer, namespace, name string) (bool, error)
+	AuthorizeSandbox(ctx context.Context, bearer, namespace, name, subresource string) (bool, error)
 }
 
 // RefLookup finds a sandbox by its "<namespace>/<name>" ref
-// (fleet.Fleet is one).
+// (fleet.NodeFleet is one).
 type RefLookup interface {
+	// ByRef may ask every node (for a caller the Authorizer admitted).
 	ByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error)
+	// KnownByRef asks only the node the fleet's index or view names,
+	// never a fan-out (for a caller with only a sandbox token to check).
+	KnownByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error)
 }
 
+// Access is decided before any node is asked: the bearer token by the
+// Authorizer (no node call); a caller it does not admit costs at most the
+// one node the view names, and learns nothing about which names exist —
+// an unknown name and a wrong token get the same answer.
 func (g *gateway) serveRouter(w http.ResponseWriter, r *http.Request) {
 	name := r.Header.Get(HeaderSandboxID)
 	ns := r.Header.Get(HeaderSandboxNamespace)
@@ -79,54 +102,68 @@ func (g *gateway) serveRouter(w http.ResponseWriter, r *http.Request) {
 		}
 		port = n
 	}
+	sub := SubresourceExec
+	if port != RuntimePort {
+		sub = SubresourcePortForward
+	}
 	bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if bearer == r.Header.Get("Authorization") {
+		bearer = "" // not a bearer token (Basic, or none)
+	}
 	access := r.Header.Get("X-Access-Token")
 	if g.refs == nil {
 		writeError(w, http.StatusNotImplemented, "this gateway cannot look sandboxes up by name")
 		return
 	}
+	refuse := func() {
+		if bearer == "" && access == "" {
+			writeError(w, http.StatusUnauthorized, "a bearer token (Kubernetes, or the sandbox's own) is required to create sandboxes/%s of %s/%s", sub, ns, name)
+			return
+		}
+		writeError(w, http.StatusForbidden, "not allowed to create sandboxes/%s of %s/%s", sub, ns, name)
+	}
 	allowed := false
-	if access == "" && g.cfg.Authorizer != nil {
+	if g.cfg.Authorizer != nil && (bearer != "" || access == "") {
 		// No bearer token asks for the API's anonymous access, if any.
-		ok, err := g.cfg.Authorizer.AuthorizeSandbox(r.Context(), bearer, ns, name)
+		ok, err := g.cfg.Authorizer.AuthorizeSandbox(r.Context(), bearer, ns, name, sub)
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, "authorizing sandbox %s/%s: %v", ns, name, err)
+			writeError(w, http.StatusInternalServerError, "authorizing sandboxes/%s of %s/%s: %v", sub, ns, name, err)
 			return
 		}
 		allowed = ok
 	}
-	s, err := g.byRef(r.Context(), ns+"/"+name)
-	if err != nil {
+	ref := ns + "/" + name
+	var s nodeapi.Sandbox
+	var err error
+	if allowed {
+		s, err = g.byRef(r.Context(), ref, false)
 		if errors.Is(err, fleet.ErrNotFound) {
-			if !allowed {
-				// Unauthorized callers learn nothing about which names exist.
-				status := http.StatusForbidden
-				if bearer == "" && access == "" {
-					status = http.StatusUnauthorized
-				}
-				writeError(w, status, "not allowed to get sandbox %s/%s", ns, name)
-				return
-			}
 			writeError(w, http.StatusNotFound, "sandbox %s/%s not found", ns, name)
 			return
 		}
-		writeError(w, fleet.HTTPStatus(err), "sandbox %s/%s: %v", ns, name, err)
-		return
-	}
-	if !allowed {
-		for _, t := range []string{bearer, access} {
-			if t != "" && s.Token != "" && subtle.ConstantTimeCompare([]byte(t), []byte(s.Token)) == 1 {
-				allowed = true
-			}
-		}
-	}
-	if !allowed {
-		if bearer == "" && access == "" {
-			writeError(w, http.StatusUnauthorized, "a bearer token (Kubernetes, or the sandbox's own) is required")
+		if err != nil {
+			writeError(w, fleet.HTTPStatus(err), "sandbox %s/%s: %v", ns, name, err)
 			return
 		}
-		writeError(w, http.StatusForbidden, "not allowed to get sandbox %s/%s", ns, name)
-		return
+	} else {
+		if bearer == "" && access == "" {
+			refuse()
+			return
+		}
+		// Only the sandbox's own token can admit the caller now: it is
+		// checked against the record of the one node the view names; no
+		// such record, an unreachable node and a wrong token look alike.
+		s, err = g.byRef(r.Context(), ref, true)
+		ok := false
+		for _, t := range []string{bearer, access} {
+			if err == nil && t != "" && s.Token != "" && subtle.ConstantTimeCompare([]byte(t), []byte(s.Token)) == 1 {
+				ok = true
+			}
+		}
+		if !ok {
+			refuse()
+			return
+		}
 	}
 	if s.Paused {
 		writeError(w, http.StatusConflict, "sandbox %s/%s is paused; resume it first", ns, name)
@@ -151,7 +188,10 @@ func (g *gateway) serveRouter(w http.ResponseWriter, r *http.Request) {
 // fleet's lookup by ref (claim-time index, view, nodes), completed by the
 // owning node when the record it found does not carry them (the view's
 // entries do not). A route stays cached for routeTTL, like e2b's.
-func (g *gateway) byRef(ctx context.Context, ref string) (nodeapi.Sandbox, error) {
+//
+// known asks only the node the fleet's index or view names (RefLookup.KnownByRef,
+// Fleet.KnownByID): never a fan-out.
+func (g *gateway) byRef(ctx context.Context, ref string, known bool) (nodeapi.Sandbox, error) {
 	key := "\x00ref " + ref // never a client id
 	now := g.now()
 	g.mu.Lock()
@@ -160,12 +200,16 @@ func (g *gateway) byRef(ctx context.Context, ref string) (nodeapi.Sandbox, error
 	if ok && now.Before(rt.exp) {
 		return nodeapi.Sandbox{ID: rt.id, AgentAddr: rt.addr, Token: rt.token}, nil
 	}
-	s, err := g.refs.ByRef(ctx, ref)
+	find, byID := g.refs.ByRef, g.fleet.LiveByID
+	if known {
+		find, byID = g.refs.KnownByRef, g.fleet.KnownByID
+	}
+	s, err := find(ctx, ref)
 	if err != nil {
 		return s, err
 	}
 	if s.Token == "" || s.AgentAddr == "" {
-		if s, err = g.fleet.LiveByID(ctx, s.ID); err != nil {
+		if s, err = byID(ctx, s.ID); err != nil {
 			return s, err
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
@@ -18,6 +20,11 @@ import (
 
 // refsOf finds the fake's sandboxes by claim ref, without tokens (like the view).
 type refsOf struct{ f *fakeFleet }
+
+// KnownByRef is ByRef: the fake's one node is the one its view names.
+func (r refsOf) KnownByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error) {
+	return r.ByRef(ctx, ref)
+}
 
 func (r refsOf) ByRef(_ context.Context, ref string) (nodeapi.Sandbox, error) {
 	r.f.mu.Lock()
@@ -32,11 +39,24 @@ func (r refsOf) ByRef(_ context.Context, ref string) (nodeapi.Sandbox, error) {
 	return nodeapi.Sandbox{}, fleet.ErrNotFound
 }
 
-// authz admits exactly the bearer tokens it holds, for any sandbox.
+// authz admits exactly the bearer tokens it holds, for any sandbox and
+// subresource.
 type authz map[string]bool
 
-func (a authz) AuthorizeSandbox(_ context.Context, bearer, _, _ string) (bool, error) {
+func (a authz) AuthorizeSandbox(_ context.Context, bearer, _, _, _ string) (bool, error) {
 	return a[bearer], nil
+}
+
+// grants admits a bearer token for the subresources listed for it.
+type grants map[string][]string
+
+func (a grants) AuthorizeSandbox(_ context.Context, bearer, _, _, sub string) (bool, error) {
+	for _, s := range a[bearer] {
+		if s == sub {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func routerGateway(t *testing.T, a SandboxAuthorizer) (*httptest.Server, nodeapi.Sandbox) {
@@ -93,6 +113,7 @@ func TestRouter_Authorization(t *testing.T) {
 		{"a token the API refuses", "demo", "kube-mallory", 403},
 		{"no credential", "demo", "", 401},
 		{"an unknown name, refused: no existence leak", "ghost", "kube-mallory", 403},
+		{"an unknown name, another sandbox's token: no existence leak", "ghost", sb.Token, 403},
 		{"an unknown name, authorized", "ghost", "kube-alice", 404},
 		{"a name that is not a DNS subdomain", "Not_A_Name", "kube-alice", 400},
 	} {
@@ -141,5 +162,48 @@ func TestRouter_RuntimeAPI(t *testing.T) {
 	}
 	if code, _ := routed(t, srv, "GET", "/download/nope", "demo", sb.Token, nil, ""); code != 404 {
 		t.Fatalf("download of a missing file: %d", code)
+	}
+}
+
+// TestRouter_RunningCodeNeedsExecOrPortForward: a grant to read sandboxes
+// runs nothing. The runtime port (every path of its API) needs `create
+// sandboxes/exec`, any other port `create sandboxes/portforward`; neither
+// grant opens the other; the sandbox's own token opens both.
+func TestRouter_RunningCodeNeedsExecOrPortForward(t *testing.T) {
+	srv, _, sb := routerGatewayF(t, grants{
+		"kube-viewer": {}, "kube-exec": {SubresourceExec}, "kube-pf": {SubresourcePortForward},
+		"kube-both": {SubresourceExec, SubresourcePortForward},
+	})
+	app := echoApp(t)
+	call := func(method, path, port, bearer string) (int, string) {
+		hdr := map[string]string{HeaderSandboxID: "demo", HeaderSandboxNamespace: "team", HeaderSandboxPort: port, "Authorization": "Bearer " + bearer}
+		return send(t, srv.URL, method, path, "", hdr)
+	}
+	for _, tc := range []struct {
+		bearer           string
+		runtime, forward int
+	}{
+		{"kube-viewer", 403, 403}, {"kube-exec", 200, 403}, {"kube-pf", 403, 200}, {"kube-both", 200, 200}, {sb.Token, 200, 200},
+	} {
+		for _, p := range []struct{ method, path string }{
+			{"POST", "/execute"}, {"POST", "/upload"}, {"GET", "/download/x"}, {"GET", "/list/."}, {"GET", "/exists/x"},
+		} {
+			status, body := call(p.method, p.path, "8888", tc.bearer)
+			if tc.runtime == 403 {
+				requireJSONError(t, http.StatusForbidden, status, []byte(body))
+				require.Contains(t, body, "sandboxes/exec")
+			} else {
+				require.NotEqual(t, http.StatusForbidden, status, "%s %s %s: %s", tc.bearer, p.method, p.path, body)
+				require.NotEqual(t, http.StatusUnauthorized, status, "%s %s %s: %s", tc.bearer, p.method, p.path, body)
+			}
+		}
+		status, body := call("GET", "/page", app, tc.bearer)
+		if tc.forward == 403 {
+			requireJSONError(t, http.StatusForbidden, status, []byte(body))
+			require.Contains(t, body, "sandboxes/portforward")
+		} else {
+			require.Equal(t, http.StatusOK, status, body)
+			require.Equal(t, "app /page internal=", body)
+		}
 	}
 }

@@ -84,6 +84,8 @@ func TestKustomizeBase(t *testing.T) {
 		{"Role", "hearth:sandbox-apiserver-leader-election"},
 		{"ValidatingAdmissionPolicy", "hearth-sandboxd-own-nodeinventory"},
 		{"ValidatingAdmissionPolicyBinding", "hearth-sandboxd-own-nodeinventory"},
+		{"ClusterRole", "hearth:aggregate-to-edit"},
+		{"ClusterRole", "hearth:aggregate-to-view"},
 	} {
 		if find(objs, want.kind, want.name) == nil {
 			t.Errorf("deploy/base lacks %s %s", want.kind, want.name)
@@ -135,6 +137,20 @@ func TestKustomizeBase(t *testing.T) {
 		}
 		if c := toString(ics); !strings.Contains(c, "--write-node-token=") || !strings.Contains(c, "fleet-secret") {
 			t.Errorf("sandboxd init container: %s", c)
+		}
+	}
+	// Users' roles: running code (the router's sandboxes/exec and
+	// sandboxes/portforward) is edit's, never view's.
+	if cr := find(objs, "ClusterRole", "hearth:aggregate-to-edit"); cr != nil {
+		s := toString(cr.Object["rules"])
+		if cr.GetLabels()["rbac.authorization.k8s.io/aggregate-to-edit"] != "true" || !strings.Contains(s, "sandboxes/exec") || !strings.Contains(s, "sandboxes/portforward") {
+			t.Errorf("hearth:aggregate-to-edit: labels %v, rules %s", cr.GetLabels(), s)
+		}
+	}
+	if cr := find(objs, "ClusterRole", "hearth:aggregate-to-view"); cr != nil {
+		s := toString(cr.Object["rules"])
+		if cr.GetLabels()["rbac.authorization.k8s.io/aggregate-to-view"] != "true" || strings.Contains(s, "/") || strings.Contains(s, "create") {
+			t.Errorf("hearth:aggregate-to-view: labels %v, rules %s", cr.GetLabels(), s)
 		}
 	}
 	if cr := find(objs, "ClusterRole", "hearth:sandboxd"); cr != nil {

@@ -336,6 +336,16 @@ func (f *NodeFleet) KnownByID(ctx context.Context, id string) (nodeapi.Sandbox, 
 	return f.askKnown(ctx, id, false)
 }
 
+// KnownByRef is KnownByID for a claim ref: at most the one node the
+// claim-time index, else the view, names; never a fan-out (the e2b
+// gateway's router, for a caller with no Kubernetes grant).
+func (f *NodeFleet) KnownByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error) {
+	if ref == "" {
+		return nodeapi.Sandbox{}, ErrNotFound
+	}
+	return f.askKnown(ctx, ref, true)
+}
+
 // Held asks the node that the claim-time index, else the view, names for
 // ref whether it still holds it: a name check that costs one node call,
 // never a fan-out. A sandbox claimed through another replica and not yet

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	genericfeatures "k8s.io/apiserver/pkg/features"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/rest"
@@ -25,6 +26,7 @@ import (
 	"github.com/hearthvm/hearth/e2b"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/fleetview"
+	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/pool/driver"
 	"github.com/hearthvm/hearth/sandboxclaim"
@@ -215,6 +217,14 @@ func (o *Options) Config() (*Config, error) {
 	if err := o.SecureServing.ApplyTo(&rc.SecureServing, &rc.LoopbackClientConfig); err != nil {
 		return nil, err
 	}
+	// The API server's connections draw from the process's budget, with
+	// the e2b gateway's (and sandbox-dev's nodes'): Track, outermost, tells
+	// it which connections have sent a full request.
+	if rc.SecureServing != nil {
+		rc.SecureServing.Listener = serve.Listen(rc.SecureServing.Listener, serve.Options{})
+	}
+	build := rc.BuildHandlerChainFunc
+	rc.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler { return serve.Track(build(h, c)) }
 	if o.Authentication != nil {
 		if err := o.Authentication.ApplyTo(&rc.Authentication, rc.SecureServing, rc.OpenAPIConfig); err != nil {
 			return nil, err
@@ -279,7 +289,7 @@ func (o *Options) Config() (*Config, error) {
 		if err != nil {
 			return nil, err
 		}
-		ecfg.Authorizer = apiAuthorizer{authn: rc.Authentication.Authenticator, authz: rc.Authorization.Authorizer}
+		ecfg.Authorizer = RouterAuthorizer(rc.Authentication.Authenticator, rc.Authorization.Authorizer)
 		c.E2B, c.E2BBindAddress = &ecfg, o.E2B.BindAddress
 	}
 	if o.WarmPool.Enabled {

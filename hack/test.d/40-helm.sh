@@ -29,7 +29,7 @@ HELM lint --strict "$CHART"
 HELM lint --strict "$CHART" --set e2b.enabled=true,webhook.enabled=true,certManager.enabled=true
 
 render() { HELM template hearth "$CHART" -n sandbox-system --kube-version "$KUBE_VERSION" --include-crds "$@"; }
-base=CustomResourceDefinition=4,APIService=1,ValidatingAdmissionPolicy=1,ValidatingAdmissionPolicyBinding=1,Deployment=1,DaemonSet=1,Service=1,ServiceAccount=2,ClusterRole=2,ClusterRoleBinding=3,Role=1,RoleBinding=2
+base=CustomResourceDefinition=4,APIService=1,ValidatingAdmissionPolicy=1,ValidatingAdmissionPolicyBinding=1,Deployment=1,DaemonSet=1,Service=1,ServiceAccount=2,ClusterRole=4,ClusterRoleBinding=3,Role=1,RoleBinding=2
 
 # With its defaults the chart is deploy/base; with a switch on, the overlay
 # that switch stands for (same objects; RBAC, Services, APIService, webhook
@@ -57,7 +57,7 @@ grep -q 'cert-manager.io/inject-ca-from: sandbox-system/sandbox-apiserver' "$out
 
 echo "== helm template (e2b, webhook, cert-manager on; warm-pool driver off)"
 render --set e2b.enabled=true,webhook.enabled=true,certManager.enabled=true,apiserver.warmPoolDriver.enabled=false >"$out/all.yaml"
-"$out/helmcheck" -expect "CustomResourceDefinition=4,APIService=1,ValidatingAdmissionPolicy=1,ValidatingAdmissionPolicyBinding=1,Deployment=1,DaemonSet=1,Service=2,ServiceAccount=2,ClusterRole=2,ClusterRoleBinding=3,MutatingWebhookConfiguration=1,Issuer=1,Certificate=1,RoleBinding=1" <"$out/all.yaml" >/dev/null
+"$out/helmcheck" -expect "CustomResourceDefinition=4,APIService=1,ValidatingAdmissionPolicy=1,ValidatingAdmissionPolicyBinding=1,Deployment=1,DaemonSet=1,Service=2,ServiceAccount=2,ClusterRole=4,ClusterRoleBinding=3,MutatingWebhookConfiguration=1,Issuer=1,Certificate=1,RoleBinding=1" <"$out/all.yaml" >/dev/null
 for flag in --enable-e2b-api --e2b-api-key-file=/etc/hearth/e2b/keys --enable-pod-runtime-webhook --enable-warm-pool-driver=false; do
   grep -q -- "- $flag\$" "$out/all.yaml" || { echo "40-helm: $flag not rendered" >&2; exit 1; }
 done
