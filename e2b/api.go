@@ -127,10 +127,11 @@ func (g *gateway) lookup(ctx context.Context, given string) (nodeapi.Sandbox, er
 	return g.lookupBy(ctx, given, g.fleet.LiveByID, true)
 }
 
-// lookupKnown is lookup for a caller that presented no credential: each
-// spelling of given is asked of the node the fleet's index or view names,
-// never of every node (Fleet.KnownByID), and the fleet's list is not
-// scanned for other spellings.
+// lookupKnown is lookup for the data plane, where no credential can be
+// checked before the sandbox's record is found: each spelling of given is
+// asked of the node the fleet's index or view names, never of every node
+// (Fleet.KnownByID), and the fleet's list is not scanned for other
+// spellings.
 func (g *gateway) lookupKnown(ctx context.Context, given string) (nodeapi.Sandbox, error) {
 	return g.lookupBy(ctx, given, g.fleet.KnownByID, false)
 }

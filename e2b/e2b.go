@@ -20,8 +20,12 @@
 // X-Access-Token (or traffic access token, or API key) first, then —
 // always — the sandbox's own token, which the agent checks again; for a
 // port other than envd's, the sandbox's traffic access token (TrafficToken,
-// returned as trafficAccessToken) stands in for it. Not-found lookups are cached for
-// missTTL. Every error body is JSON {"code":<status>,"message":"..."},
+// returned as trafficAccessToken) stands in for it. The data plane finds
+// sandboxes only through Fleet.KnownByID (the one node the fleet's index
+// or view names; none for an id neither names), never a fan-out, whatever
+// credential a request carries; the router authorizes a Kubernetes bearer
+// before any lookup and checks a sandbox token against that one node too.
+// Not-found lookups are cached for missTTL. Every error body is JSON {"code":<status>,"message":"..."},
 // unknown routes and unclean paths included.
 //
 // The data plane reaches any port of a sandbox, addressed by the headers

@@ -148,8 +148,15 @@ func (f *fakeFleet) LiveByID(ctx context.Context, id string) (nodeapi.Sandbox, e
 	return s.loc, nil
 }
 
-// KnownByID is LiveByID: the fake has one node (counted in lookups too).
+// KnownByID is LiveByID for an id the fake's view names (its sandboxes:
+// one node call, counted in lookups); any other id costs no node call.
 func (f *fakeFleet) KnownByID(ctx context.Context, id string) (nodeapi.Sandbox, error) {
+	f.mu.Lock()
+	_, known := f.sandboxes[id]
+	f.mu.Unlock()
+	if !known {
+		return nodeapi.Sandbox{}, fleet.ErrNotFound
+	}
 	return f.LiveByID(ctx, id)
 }
 

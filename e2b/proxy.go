@@ -26,7 +26,10 @@ import (
 // reverse-proxied, streaming, to the sandbox's agent — requests for
 // another port through the agent's forward to that guest port — after the sandbox
 // token (X-Access-Token) is checked: first its form, before any lookup
-// (ServeHTTP), then its value against the sandbox's, always; a signed file
+// (ServeHTTP), then its value against the sandbox's, always, found by
+// asking at most the one node the fleet's index or view names (route: a
+// data-plane request costs no node call for an id neither names, whatever
+// it carries); a signed file
 // URL (agent.VerifyFileSignature) stands in for the token on /files. What
 // the agent gets is decided here and set by the proxy's Rewrite on the
 // outbound request only (upstream, rewrite). An
@@ -60,10 +63,13 @@ func (g *gateway) dropRoute(rawID string) {
 	g.mu.Unlock()
 }
 
-// route resolves a client sandbox id to its agent. anonymous (a request
-// with no credential, to a public port) resolves through lookupKnown: at
-// most one node call, never a fan-out.
-func (g *gateway) route(ctx context.Context, given string, anonymous bool) (route, error) {
+// route resolves a client sandbox id to its agent, through lookupKnown
+// only, whatever credential the request carries (its value can only be
+// checked against the record the lookup finds): at most the one node the
+// fleet's claim index or view names, never a fan-out, and no node call at
+// all for an id neither names — so fake tokens, fake signatures and random
+// ids cost the nodes nothing.
+func (g *gateway) route(ctx context.Context, given string) (route, error) {
 	now := g.now()
 	g.mu.Lock()
 	rt, ok := g.routes[given]
@@ -71,11 +77,7 @@ func (g *gateway) route(ctx context.Context, given string, anonymous bool) (rout
 	if ok && now.Before(rt.exp) {
 		return rt, nil
 	}
-	lookup := g.lookup
-	if anonymous {
-		lookup = g.lookupKnown
-	}
-	s, err := lookup(ctx, given)
+	s, err := g.lookupKnown(ctx, given)
 	if err != nil {
 		return route{}, err
 	}
@@ -121,7 +123,7 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValu
 	tok, traffic := r.Header.Get("X-Access-Token"), r.Header.Get(TrafficTokenHeader)
 	signed := tok == "" && port == EnvdPort && agent.HasFileSignature(r)
 	anonymous := tok == "" && traffic == "" && !signed
-	rt, err := g.route(r.Context(), id, anonymous)
+	rt, err := g.route(r.Context(), id)
 	if err != nil {
 		if errors.Is(err, fleet.ErrNotFound) {
 			writeJSON(w, http.StatusBadGateway, proxyError{apiError: apiError{Code: http.StatusBadGateway, Message: sandboxNotFoundMessage}, SandboxID: id})

@@ -21,14 +21,26 @@ import (
 // refsOf finds the fake's sandboxes by claim ref, without tokens (like the view).
 type refsOf struct{ f *fakeFleet }
 
-// KnownByRef is ByRef: the fake's one node is the one its view names.
+// KnownByRef is ByRef for a ref the fake's view names; any other ref
+// costs no node call.
 func (r refsOf) KnownByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error) {
+	r.f.mu.Lock()
+	known := false
+	for _, s := range r.f.sandboxes {
+		known = known || s.loc.ClaimRef == ref
+	}
+	r.f.mu.Unlock()
+	if !known {
+		return nodeapi.Sandbox{}, fleet.ErrNotFound
+	}
 	return r.ByRef(ctx, ref)
 }
 
+// ByRef asks the fake's node (counted in lookups, as a fan-out would be).
 func (r refsOf) ByRef(_ context.Context, ref string) (nodeapi.Sandbox, error) {
 	r.f.mu.Lock()
 	defer r.f.mu.Unlock()
+	r.f.lookups++
 	for _, s := range r.f.sandboxes {
 		if s.loc.ClaimRef == ref {
 			l := s.loc
