@@ -49,6 +49,10 @@ func (a *agent) handleGetFile(w http.ResponseWriter, r *http.Request) {
 		writeRESTError(w, http.StatusBadRequest, "the path query parameter is required")
 		return
 	}
+	if err := checkPath(q); err != nil {
+		writeRESTError(w, http.StatusBadRequest, asRPCError(err).Message)
+		return
+	}
 	acct, err := a.filesAccount(r)
 	if err != nil {
 		writeRESTError(w, http.StatusBadRequest, asRPCError(err).Message)
@@ -119,6 +123,10 @@ func writeFile(p string, body io.Reader, acct *account) error {
 
 func (a *agent) handlePostFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query().Get("path")
+	if err := checkPath(q); err != nil {
+		writeRESTError(w, http.StatusBadRequest, asRPCError(err).Message)
+		return
+	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil {
 		mt = "application/octet-stream"

@@ -158,6 +158,8 @@ func symlinkTarget(path string) (string, bool) {
 // fsError maps an OS error on path to a Connect error.
 func fsError(path string, err error) error {
 	switch {
+	case strings.IndexByte(path, 0) >= 0:
+		return errorf(codeInvalidArgument, "path %q holds a NUL byte", path)
 	case errors.Is(err, fs.ErrNotExist):
 		return errorf(codeNotFound, "path %s not found", path)
 	case errors.Is(err, fs.ErrExist):
@@ -179,6 +181,15 @@ type pathRequest struct {
 func (r pathRequest) validate() error {
 	if r.Path == "" {
 		return errorf(codeInvalidArgument, "path is required")
+	}
+	return checkPath(r.Path)
+}
+
+// checkPath refuses a guest path no file system call can take: one
+// holding a NUL byte.
+func checkPath(p string) error {
+	if strings.IndexByte(p, 0) >= 0 {
+		return errorf(codeInvalidArgument, "path %q holds a NUL byte", p)
 	}
 	return nil
 }

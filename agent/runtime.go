@@ -72,8 +72,8 @@ func (a *agent) serveRuntime(w http.ResponseWriter, r *http.Request) {
 		a.runtimeUpload(w, r)
 	case r.Method == http.MethodGet && (op == "download" || op == "list" || op == "exists"):
 		p, err := url.PathUnescape(arg)
-		if err != nil || p == "" {
-			writeRESTError(w, http.StatusBadRequest, "a percent-encoded path is required")
+		if err != nil || p == "" || checkPath(p) != nil {
+			writeRESTError(w, http.StatusBadRequest, "a percent-encoded path without NUL bytes is required")
 			return
 		}
 		acct, err := a.processAccount(r)

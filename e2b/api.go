@@ -76,20 +76,74 @@ func (g *gateway) routesMux() *http.ServeMux {
 	m.HandleFunc("GET /sandboxes/{id}/metrics", g.handleMetrics)
 	m.HandleFunc("GET /templates", g.handleTemplates)
 	m.HandleFunc("GET /v2/templates", g.handleTemplates)
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no route for %s %q", r.Method, r.URL.Path)
-	})
 	return m
 }
 
+// serveMux serves r through the routes, answering an unknown path 404 and
+// a known path with another method 405 with Allow (ServeMux's own
+// decision, which method patterns make), both with e2b's JSON error body.
+func (g *gateway) serveMux(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := g.mux.Handler(r); pattern != "" {
+		g.mux.ServeHTTP(w, r)
+		return
+	}
+	var probe statusProbe
+	g.mux.ServeHTTP(&probe, r)
+	if probe.status == http.StatusMethodNotAllowed {
+		allow := probe.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, "method %s is not allowed on %q (allowed: %s)", r.Method, r.URL.Path, allow)
+		return
+	}
+	writeError(w, http.StatusNotFound, "no route for %s %q", r.Method, r.URL.Path)
+}
+
+// statusProbe records the status and headers ServeMux answers a request
+// no route matches with, and drops its plain-text body.
+type statusProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *statusProbe) Header() http.Header {
+	if p.header == nil {
+		p.header = http.Header{}
+	}
+	return p.header
+}
+
+func (p *statusProbe) WriteHeader(status int) {
+	if p.status == 0 {
+		p.status = status
+	}
+}
+
+func (p *statusProbe) Write(b []byte) (int, error) {
+	p.WriteHeader(http.StatusOK)
+	return len(b), nil
+}
+
 // fail writes err (about what) as an e2b error answer, with the status
-// fleet.HTTPStatus maps it to.
+// errStatus maps it to.
 func fail(w http.ResponseWriter, err error, what string) {
-	if status := fleet.HTTPStatus(err); status == http.StatusNotFound {
+	if status := errStatus(err); status == http.StatusNotFound {
 		writeError(w, status, "%s not found", what)
 	} else {
 		writeError(w, status, "%s: %v", what, err)
 	}
+}
+
+// errStatus is fleet.HTTPStatus, except for a node's quota refusal: a 429
+// that is not "no warm microVM" (fleet.ErrNoWarmCapacity, a 503) — fork
+// depth or tree size, non-pool VMs, snapshot bytes — stays a 429, as e2b
+// answers a limit the caller reached; retrying does not help until the
+// caller frees something.
+func errStatus(err error) int {
+	var noCap *fleet.ErrNoWarmCapacity
+	if !errors.As(err, &noCap) && nodeapi.StatusOf(err) == http.StatusTooManyRequests {
+		return http.StatusTooManyRequests
+	}
+	return fleet.HTTPStatus(err)
 }
 
 // decodeBody decodes an optional JSON body; empty is fine.
@@ -500,9 +554,12 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		var noCap *fleet.ErrNoWarmCapacity
 		if errors.As(err, &noCap) && !g.isPool(r.Context(), freq.Key) {
 			// Not a template any node serves: a snapshot may go by its name.
-			if snap, ok := g.snapshotNamed(r.Context(), req.TemplateID); ok {
-				s, err = g.fleet.ClaimSnapshot(r.Context(), snap, freq)
+			snap, ok := g.snapshotNamed(r.Context(), req.TemplateID)
+			if !ok {
+				writeError(w, http.StatusNotFound, "template %q not found: %s", req.TemplateID, g.knownTemplates(r.Context()))
+				return
 			}
+			s, err = g.fleet.ClaimSnapshot(r.Context(), snap, freq)
 		}
 	}
 	if err != nil {
@@ -541,6 +598,39 @@ func (g *gateway) isPool(ctx context.Context, k pool.Key) bool {
 		}
 	}
 	return false
+}
+
+// knownTemplates names what a create may ask for: the templates some
+// node has a pool of, and the aliases (at most 20 of each).
+func (g *gateway) knownTemplates(ctx context.Context) string {
+	seen := map[string]bool{}
+	var tpls []string
+	if pools, err := g.fleet.Pools(ctx); err == nil {
+		for _, p := range pools {
+			if p.Template != "" && !seen[p.Template] {
+				seen[p.Template] = true
+				tpls = append(tpls, strconv.Quote(p.Template))
+			}
+		}
+	}
+	var aliases []string
+	for a, t := range g.aliases {
+		if t != "" {
+			aliases = append(aliases, strconv.Quote(a)+" → "+strconv.Quote(t))
+		}
+	}
+	sort.Strings(tpls)
+	sort.Strings(aliases)
+	list := func(xs []string) string {
+		if len(xs) == 0 {
+			return "none"
+		}
+		if len(xs) > 20 {
+			return strings.Join(xs[:20], ", ") + fmt.Sprintf(" and %d more", len(xs)-20)
+		}
+		return strings.Join(xs, ", ")
+	}
+	return "the templates are " + list(tpls) + "; the aliases are " + list(aliases) + "; or a snapshot of the namespace by id or name"
 }
 
 // template resolves a create's templateID: an alias (Config.TemplateAliases,
@@ -851,7 +941,10 @@ func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, g.sandboxOf(s))
 }
 
-const maxForkCount = 100
+// maxForkCount is the most children one fork asks of the node (the
+// node's node.MaxForkCount, which a test keeps equal): more is a 400
+// before any node call, not the node's refusal.
+const maxForkCount = 16
 
 func (g *gateway) handleFork(w http.ResponseWriter, r *http.Request) {
 	var req struct {
@@ -866,7 +959,7 @@ func (g *gateway) handleFork(w http.ResponseWriter, r *http.Request) {
 		count = *req.Count
 	}
 	if count < 1 || count > maxForkCount {
-		writeError(w, http.StatusBadRequest, "count must be in [1, %d], got %d", maxForkCount, count)
+		writeError(w, http.StatusBadRequest, "count must be in [1, %d] (a node forks at most %d children in one call), got %d", maxForkCount, maxForkCount, count)
 		return
 	}
 	ttl, ok := g.leaseSeconds(req.Timeout)

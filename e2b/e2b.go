@@ -327,7 +327,7 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
-	g.mux.ServeHTTP(w, r)
+	g.serveMux(w, r)
 }
 
 // authorized checks X-API-KEY against every key in constant time; with no

@@ -332,7 +332,7 @@ func TestCreate_ClaimsAndTheDataPlaneWorks(t *testing.T) {
 	require.Len(t, g.f.claims, n, "rejected creates spend nothing")
 
 	resp, _ := g.call("POST", "/v2/sandboxes", map[string]any{"templateID": "cold"}, nil)
-	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "no node serves the template")
 }
 
 func TestList_ShowsUnpublishedClaimsFiltersAndPages(t *testing.T) {

@@ -39,6 +39,9 @@ type fakeFleet struct {
 	claimedAt func(n int) time.Time
 	// onClaim, when set, runs (unlocked) before a claim delivers.
 	onClaim func(ctx context.Context)
+	// refuse, when set, is what the node answers a fork, a snapshot or a
+	// claim from a snapshot instead (its quota refusals).
+	refuse error
 }
 
 // fakeToken is the fake's n-th sandbox token (well-formed, like a node's).
@@ -221,6 +224,9 @@ func (f *fakeFleet) Resume(ctx context.Context, l nodeapi.Sandbox) error {
 func (f *fakeFleet) Fork(ctx context.Context, l nodeapi.Sandbox, count int, ttl int64) ([]nodeapi.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.refuse != nil {
+		return nil, f.refuse
+	}
 	p, err := f.get(l.ID)
 	if err != nil {
 		return nil, err
@@ -242,6 +248,9 @@ func (f *fakeFleet) Fork(ctx context.Context, l nodeapi.Sandbox, count int, ttl 
 func (f *fakeFleet) Snapshot(ctx context.Context, l nodeapi.Sandbox, name string) (nodeapi.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.refuse != nil {
+		return nodeapi.Snapshot{}, f.refuse
+	}
 	p, err := f.get(l.ID)
 	if err != nil {
 		return nodeapi.Snapshot{}, err
@@ -297,6 +306,9 @@ func (f *fakeFleet) Stats(ctx context.Context, l nodeapi.Sandbox) (nodeapi.Stats
 func (f *fakeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.refuse != nil {
+		return nodeapi.Sandbox{}, f.refuse
+	}
 	for _, c := range f.snaps {
 		if c.ID == snap.ID {
 			f.claims = append(f.claims, req)

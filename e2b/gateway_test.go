@@ -209,7 +209,7 @@ func TestBadInput_Is4xxWithAJSONBody(t *testing.T) {
 		requireJSONError(t, http.StatusNotFound, status, b)
 	}
 	status, b = g.raw("PUT", "/v2/sandboxes", nil, key)
-	requireJSONError(t, http.StatusNotFound, status, b)
+	requireJSONError(t, http.StatusMethodNotAllowed, status, b)
 	g.f.mu.Lock()
 	require.Len(t, g.f.sandboxes, 1, "nothing was killed")
 	g.f.mu.Unlock()
@@ -434,7 +434,7 @@ func TestCreate_NoCapacityForAServedTemplateListsNoSnapshots(t *testing.T) {
 	resp, _ := g.call("POST", "/v2/sandboxes", map[string]any{"templateID": "rt"}, nil)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	resp, _ = g.call("POST", "/v2/sandboxes", map[string]any{"templateID": "unknown"}, nil)
-	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "a template no node serves and no snapshot is named")
 	g.f.mu.Lock()
 	defer g.f.mu.Unlock()
 	require.Equal(t, 1, g.f.snapLists, "only the template no node serves may be a snapshot's name")
