@@ -27,9 +27,10 @@
 // generated bearer tokens (0600 files in the data directory) and
 // authorizes it: admin-token is AdminUser in system:masters (everything;
 // the kubeconfig carries it), readonly-token is ReadOnlyUser (get, list
-// and watch only; kubeconfig-readonly carries it, for demos). A request
-// without a known token is 401, a read-only user's write 403 (see
-// authFor). The embedded etcd serves TLS to holders of its client
+// and watch, and GET of the discovery and health paths — not /metrics,
+// /debug/pprof/ or /logs; kubeconfig-readonly carries it, for demos). A
+// request without a known token is 401, a read-only user's write or
+// profile 403 (see authFor). The embedded etcd serves TLS to holders of its client
 // certificate only (etcd-pki/, see package embedetcd); the node daemons
 // listen on loopback and accept each its own token
 // (nodeapi.NodeToken(root-token, name)) and, for operators, root-token
@@ -54,6 +55,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -63,7 +65,9 @@ import (
 	"github.com/hearthvm/hearth/e2b"
 	"github.com/hearthvm/hearth/image"
 	"github.com/hearthvm/hearth/internal/embedetcd"
+	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/server"
+	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/sim"
 )
 
@@ -105,6 +109,8 @@ type Options struct {
 	ImageCache string
 	// VMMOptions are backend-specific settings (backends.Options.Extra).
 	VMMOptions map[string]string
+	// DiskSize is every sandbox's disk (--disk-size, see sandboxd).
+	DiskSize resource.QuantityValue
 
 	// Out receives the one ready line (default os.Stdout).
 	Out io.Writer
@@ -149,6 +155,7 @@ func NewOptions() *Options {
 		WarmPoolSyncInterval: 5 * time.Second,
 		PublishInterval:      5 * time.Second,
 		ImageCache:           image.DefaultRoot(),
+		DiskSize:             resource.QuantityValue{Quantity: *resource.NewQuantity(vmm.DefaultDiskBytes, resource.BinarySI)},
 	}
 }
 
@@ -171,6 +178,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AgentBin, "agent-bin", o.AgentBin, "in-guest agent binary for the sim backend (default: resolved automatically)")
 	fs.StringVar(&o.ImageCache, "image-cache", o.ImageCache, "image cache the nodes resolve templates through (the built-in Debian image is built there on first use); empty boots the backend's minimal busybox root")
 	fs.StringToStringVar(&o.VMMOptions, "vmm-opt", o.VMMOptions, "backend-specific setting KEY=VALUE (repeatable; see sandboxd --help)")
+	fs.Var(&o.DiskSize, "disk-size", node.DiskSizeFlagHelp)
 }
 
 // Validate reports invalid options.
@@ -190,6 +198,9 @@ func (o *Options) Validate() error {
 	}
 	if net.ParseIP(o.BindAddress) == nil {
 		errs = append(errs, fmt.Errorf("--bind-address %q is not an IP address", o.BindAddress))
+	}
+	if err := node.ValidateDiskSize(o.DiskSize.Quantity); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -358,6 +369,7 @@ func Run(ctx context.Context, o *Options) (err error) {
 	started, err := startNodes(ctx, nodesConfig{
 		count: o.Nodes, dataDir: filepath.Join(dataDir, "nodes"), vmm: o.VMM, agentBin: o.AgentBin,
 		token: token, rest: self, publishInterval: o.PublishInterval, extra: vmmExtra(o),
+		diskBytes: o.DiskSize.Value(),
 	})
 	nodesMu.Lock()
 	nodes = started

@@ -30,6 +30,8 @@ type nodesConfig struct {
 	publishInterval time.Duration
 	// extra is the backends' Options.Extra.
 	extra map[string]string
+	// diskBytes is the backends' Options.DiskBytes (--disk-size).
+	diskBytes int64
 }
 
 // runningNode is one in-process node daemon and its HTTP server.
@@ -76,7 +78,7 @@ func startNodes(ctx context.Context, cfg nodesConfig) (fleetNodes, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return out, err
 		}
-		drv, err := backends.Open(cfg.vmm, backends.Options{RootDir: filepath.Join(dir, "vms"), AgentCommand: agent, Extra: cfg.extra})
+		drv, err := backends.Open(cfg.vmm, backends.Options{RootDir: filepath.Join(dir, "vms"), AgentCommand: agent, Extra: cfg.extra, DiskBytes: cfg.diskBytes})
 		if err != nil {
 			return out, fmt.Errorf("node %s: %w", name, err)
 		}

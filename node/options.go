@@ -9,11 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/nodeapi"
+	"github.com/hearthvm/hearth/vmm"
 )
 
 // Options are sandboxd's command-line settings (cmd/sandboxd parses them
@@ -59,6 +61,24 @@ type Options struct {
 	// VMMOptions are backend-specific settings (backends.Options.Extra),
 	// e.g. config=/etc/hearth/qemu.json or accel=tcg for qemu.
 	VMMOptions map[string]string
+	// DiskSize is every sandbox's disk, its writable root file system
+	// (--disk-size, backends.Options.DiskBytes): default 10Gi, e2b's, for
+	// every size class.
+	DiskSize resource.QuantityValue
+}
+
+// DiskSizeFlagHelp is --disk-size's help, shared by sandboxd and sandbox-dev.
+const DiskSizeFlagHelp = "size of every sandbox's disk, its writable root file system (a quantity: 10Gi, 64Mi; at least 16Mi), for every size class: the guest's df / shows it and writes past it fail with ENOSPC in the guest. sim: a sparse ext4 image per sandbox; qemu: the ext4 root disk built from each template (image_cache). Snapshots, forks and their clones keep their source's size"
+
+// DiskBytes is --disk-size in bytes.
+func (o *Options) DiskBytes() int64 { return o.DiskSize.Value() }
+
+// ValidateDiskSize reports a --disk-size below vmm.MinDiskBytes.
+func ValidateDiskSize(q resource.Quantity) error {
+	if q.Value() < vmm.MinDiskBytes {
+		return fmt.Errorf("--disk-size %s is too small: at least 16Mi", q.String())
+	}
+	return nil
 }
 
 // NewOptions returns the defaults.
@@ -77,6 +97,7 @@ func NewOptions() *Options {
 		// Templates resolve through the host's image cache (the built-in
 		// Debian image is built there on first use).
 		VMMOptions: map[string]string{"image_cache": "default"},
+		DiskSize:   resource.QuantityValue{Quantity: *resource.NewQuantity(vmm.DefaultDiskBytes, resource.BinarySI)},
 	}
 }
 
@@ -104,6 +125,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Conns.MaxConnsPerSource, "max-connections-per-source", o.Conns.MaxConnsPerSource, "open API connections one source (an IPv4 address, an IPv6 /64) holds at most; at the cap its oldest connection that has not sent a full request gives way to a newcomer; 0 = a quarter of --max-connections, at least 64 and at most 4096; negative = no cap")
 	fs.DurationVar(&o.Conns.FirstRequest, "first-request-timeout", o.Conns.FirstRequest, "how long a new connection may take to send its first request's headers (0 = 5s, negative = no bound)")
 	o.Quota.AddFlags(fs)
+	fs.Var(&o.DiskSize, "disk-size", DiskSizeFlagHelp)
 	fs.Var(kvFlag{&o.VMMOptions}, "vmm-opt", "backend-specific setting KEY=VALUE (repeatable): sim and qemu: image_cache (a dir; default: the host's image cache; empty: the backend's minimal busybox root); sim: rootfs, uid_base, cgroup_parent, lower_cache; qemu: binary, config, accel (auto|kvm|tcg), disk, egress_uid, egress_firewall; firecracker: binary, kernel, initrd, rootfs, boot_args; cloud-hypervisor: binary, kernel, initramfs, rootfs, cmdline, memory_restore_mode")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster to publish NodeInventory to (server-side apply); empty = no publishing unless --publish-in-cluster")
 	fs.BoolVar(&o.PublishInCluster, "publish-in-cluster", o.PublishInCluster, "publish NodeInventory with the pod's ServiceAccount (in-cluster configuration) instead of --kubeconfig")
@@ -161,6 +183,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--write-timeout must be longer than --read-timeout (a stalled body is answered within the write timeout)"))
 	}
 	errs = append(errs, o.Quota.Validate()...)
+	if err := ValidateDiskSize(o.DiskSize.Quantity); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -30,12 +31,12 @@ type daemon struct {
 	out *bytes.Buffer
 }
 
-func startSandboxd(t *testing.T, bin, agent, dataDir, tokenFile, addr string) *daemon {
+func startSandboxd(t *testing.T, bin, agent, dataDir, tokenFile, addr string, flags ...string) *daemon {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "--node-name", "kd", "--listen", addr, "--data-dir", dataDir, "--token-file", tokenFile,
+	cmd := exec.Command(bin, append([]string{"--node-name", "kd", "--listen", addr, "--data-dir", dataDir, "--token-file", tokenFile,
 		"--agent-bin", agent, "--default-lease", "10m",
-		"--vmm-opt", "image_cache=") // the busybox root: templates here are names, not images
+		"--vmm-opt", "image_cache="}, flags...)...) // the busybox root: templates here are names, not images
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -151,4 +152,63 @@ func TestSandboxd_SurvivesKill9(t *testing.T) {
 	}
 	_ = c2.cmd.Process.Signal(syscall.SIGTERM)
 	_ = c2.cmd.Wait()
+}
+
+// loopsUnder lists the loop devices whose backing file is under dir.
+func loopsUnder(dir string) []string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if p := strings.TrimSpace(string(b)); err == nil && strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// sandboxd --disk-size sizes every sandbox's disk (the stats read it from
+// the sandbox's file system), and an orderly stop leaves no loop device.
+func TestSandboxd_DiskSizeFlagSizesEverySandbox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the sandboxd binary")
+	}
+	bin := testagent.Binary(t, "./cmd/sandboxd")
+	agent := testagent.Path(t)
+	base := t.TempDir()
+	t.Cleanup(func() { killMentioning(base) })
+	dataDir := filepath.Join(base, "data")
+	tokenFile := filepath.Join(base, "token")
+	if err := os.WriteFile(tokenFile, []byte(testRoot+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	if out, err := exec.Command(bin, "--node-name", "kd", "--data-dir", dataDir, "--disk-size", "1Mi").CombinedOutput(); err == nil || !strings.Contains(string(out), "--disk-size") {
+		t.Fatalf("sandboxd --disk-size 1Mi: %v %s", err, out)
+	}
+	d := startSandboxd(t, bin, agent, dataDir, tokenFile, addr, "--disk-size", "32Mi")
+	c := nodeapi.NewClient(addr, testRoot)
+	if _, err := c.PutPools(bg, pools("img", 1)); err != nil {
+		t.Fatal(err)
+	}
+	var res nodeapi.Sandbox
+	waitFor(t, func() bool {
+		var err error
+		res, err = c.Claim(bg, nodeapi.ClaimRequest{Template: "img"})
+		return err == nil
+	})
+	st, err := c.Stats(bg, res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DiskTotalBytes <= 16<<20 || st.DiskTotalBytes > 32<<20 {
+		t.Fatalf("a sandbox of sandboxd --disk-size 32Mi has a disk of %d bytes", st.DiskTotalBytes)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Wait(); err != nil {
+		t.Fatalf("sandboxd exit: %v\n%s", err, d.out.String())
+	}
+	waitFor(t, func() bool { return len(loopsUnder(dataDir)) == 0 })
 }

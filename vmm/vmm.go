@@ -56,9 +56,15 @@ type Handle struct {
 	Meta map[string]string `json:"meta,omitempty"`
 }
 
-// DefaultDiskBytes is a VM's disk (its writable root file system) when the
-// node sets none: e2b's 10 GiB, for every size class.
-const DefaultDiskBytes = 10 << 30
+// Disk sizes: a VM's disk is its writable root file system, of the node's
+// disk size (sandboxd and sandbox-dev --disk-size) for every size class.
+const (
+	// DefaultDiskBytes is the disk size when the node sets none: e2b's
+	// 10 GiB.
+	DefaultDiskBytes = 10 << 30
+	// MinDiskBytes is the smallest disk size (ext4 and its journal).
+	MinDiskBytes = 16 << 20
+)
 
 // Stats are a VM's resource figures.
 type Stats struct {

@@ -61,7 +61,7 @@ func run(o *node.Options) error {
 	if err != nil && o.VMM == sim.Name {
 		return err
 	}
-	driver, err := backends.Open(o.VMM, backends.Options{RootDir: filepath.Join(o.DataDir, "vms"), AgentCommand: agent, Extra: o.VMMOptions})
+	driver, err := backends.Open(o.VMM, backends.Options{RootDir: filepath.Join(o.DataDir, "vms"), AgentCommand: agent, Extra: o.VMMOptions, DiskBytes: o.DiskBytes()})
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,13 @@ type Options struct {
 	AgentCommand []string
 	// BootTimeout bounds a boot or clone until the agent answers; 0 = backend default.
 	BootTimeout time.Duration
+	// DiskBytes is every VM's disk, its writable root file system
+	// (--disk-size; 0 = vmm.DefaultDiskBytes): sim's per-VM ext4 image,
+	// and the ext4 root disk qemu builds from a template (image_cache).
+	// A qemu "disk" given by the operator keeps its own size;
+	// firecracker and cloud-hypervisor attach no writable disk (the
+	// guest writes to its memory).
+	DiskBytes int64
 	// Extra carries backend-specific settings (e.g. a kernel path).
 	Extra map[string]string
 	// Logger defaults to klog.Background().
@@ -43,7 +50,7 @@ type Opener func(Options) (vmm.Driver, error)
 var openers = map[string]Opener{
 	// Extra keys: binary, config (--qemu-config JSON file), accel (auto|kvm|tcg),
 	// image_cache (each template's root disk is an ext4 image of its root
-	// filesystem from package image, DiskBytes large), disk (one base
+	// filesystem from package image, Options.DiskBytes large), disk (one base
 	// root-disk image for every template, overriding image_cache and the
 	// config's), egress_uid (passt's uid), egress_firewall (nft|off).
 	qemu.Backend: openQEMU,
@@ -102,7 +109,7 @@ func openQEMU(o Options) (vmm.Driver, error) {
 			if err != nil {
 				return "", err
 			}
-			return store.Ext4(ctx, r, DiskBytes)
+			return store.Ext4(ctx, r, diskBytes(o))
 		}
 	}
 	if disk := o.Extra["disk"]; disk != "" {
@@ -132,7 +139,7 @@ func openQEMU(o Options) (vmm.Driver, error) {
 
 func openSim(o Options) (vmm.Driver, error) {
 	so := sim.Options{Root: o.RootDir, AgentCommand: o.AgentCommand, BootTimeout: o.BootTimeout, Logger: o.Logger,
-		CgroupParent: o.Extra["cgroup_parent"]}
+		CgroupParent: o.Extra["cgroup_parent"], DiskBytes: diskBytes(o)}
 	if store := imageStore(o); store != nil {
 		so.Rootfs = func(ctx context.Context, template string) (string, error) {
 			r, err := store.Resolve(ctx, template)
@@ -153,9 +160,13 @@ func openSim(o Options) (vmm.Driver, error) {
 	return sim.New(so)
 }
 
-// DiskBytes is the size of the root disk the qemu backend makes from a
-// template's root filesystem (sparse; the guest sees this much space).
-const DiskBytes = 4 << 30
+// diskBytes is o's disk size, vmm.DefaultDiskBytes by default.
+func diskBytes(o Options) int64 {
+	if o.DiskBytes > 0 {
+		return o.DiskBytes
+	}
+	return vmm.DefaultDiskBytes
+}
 
 // imageTimeout bounds resolving a template (a first build of the built-in
 // image takes minutes).

@@ -13,4 +13,7 @@ func TestOpen(t *testing.T) {
 	if _, err := Open("sim", Options{}); err == nil {
 		t.Fatal("sim opened without a root")
 	}
+	if _, err := Open("sim", Options{RootDir: t.TempDir(), AgentCommand: []string{"/bin/true"}, DiskBytes: 1 << 20}); err == nil {
+		t.Fatal("sim opened with a 1 MiB disk")
+	}
 }

@@ -42,7 +42,14 @@
 //     so its checkpoint is device state plus a sparse copy of that file, and
 //     clones map the copy privately: clean pages are shared between clones
 //     (copy-on-write). Other VMs (clones) checkpoint as one full migration
-//     stream.
+//     stream. A byte bound from vmm.WithSnapshotLimit (the node's snapshot
+//     budget left) is checked after the migration stream and after the
+//     flattened disk (each bounded by the VM's memory and disk size) and
+//     bounds the RAM file's copy as it is written; past it the checkpoint
+//     is removed and Snapshot fails with vmm.ErrSnapshotTooLarge.
+//   - The guest's disk is its base image's size (package backends builds
+//     a template's at the node's --disk-size); the overlay takes at most
+//     that much of the host's disk, plus qcow2 metadata.
 //   - Clone starts QEMU with -incoming from a checkpoint over a fresh
 //     overlay of the checkpoint's disk, then — before returning — hands the
 //     guest agent the clone's own token through POST /hearth/identity
@@ -825,6 +832,10 @@ func (d *Driver) capture(ctx context.Context, q *QMP, rec record, dir string, wi
 			return manifest{}, err
 		}
 	}
+	limit := vmm.SnapshotLimit(ctx)
+	if err := withinLimit(dir, limit); err != nil {
+		return manifest{}, err
+	}
 	man := manifest{Backend: Backend, Machine: rec.Machine, Memory: "stream", Token: rec.Handle.Token, Spec: rec.Spec, Created: time.Now().UTC()}
 	man.Machine.HostPort = 0
 	// The migration has flushed and released the disk; the overlay is
@@ -833,10 +844,21 @@ func (d *Driver) capture(ctx context.Context, q *QMP, rec record, dir string, wi
 		if err := d.flatten(ctx, rec.Machine.Disk, filepath.Join(dir, "disk.qcow2"), rec.DiskBase, diskFormat(rec.DiskBase)); err != nil {
 			return manifest{}, err
 		}
+		if err := withinLimit(dir, limit); err != nil {
+			return manifest{}, err
+		}
 		man.Machine.Disk, man.DiskBase = "disk.qcow2", rec.DiskBase
 	}
 	if shared {
-		n, err := copySparse(rec.MemPath, filepath.Join(dir, "mem"))
+		left := int64(-1)
+		if limit >= 0 {
+			used, err := allocatedBytes(dir)
+			if err != nil {
+				return manifest{}, err
+			}
+			left = max(limit-used, 0)
+		}
+		n, err := copySparse(rec.MemPath, filepath.Join(dir, "mem"), left)
 		if err != nil {
 			return manifest{}, err
 		}
@@ -845,8 +867,48 @@ func (d *Driver) capture(ctx context.Context, q *QMP, rec record, dir string, wi
 	return man, nil
 }
 
+// withinLimit fails with vmm.ErrSnapshotTooLarge when the checkpoint being
+// written in dir takes more than limit bytes of the host's disk (negative:
+// no limit). capture checks after each part (the migration stream, the
+// flattened disk: each bounded by the VM's memory and disk size) and
+// bounds the RAM file's copy itself.
+func withinLimit(dir string, limit int64) error {
+	if limit < 0 {
+		return nil
+	}
+	used, err := allocatedBytes(dir)
+	if err != nil {
+		return err
+	}
+	if used > limit {
+		return fmt.Errorf("%w: %s takes %d bytes, more than %d", vmm.ErrSnapshotTooLarge, filepath.Base(dir), used, limit)
+	}
+	return nil
+}
+
+// allocatedBytes is what the files directly in dir take on the host's disk.
+func allocatedBytes(dir string) (int64, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, e := range ents {
+		info, err := e.Info()
+		if err != nil {
+			return 0, err
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			n += st.Blocks * 512
+		}
+	}
+	return n, nil
+}
+
 // copySparse copies src to dst, leaving all-zero 64 KiB blocks as holes.
-func copySparse(src, dst string) (int64, error) {
+// It writes at most limit bytes (negative: no bound); past that it fails
+// with vmm.ErrSnapshotTooLarge (the caller removes dst).
+func copySparse(src, dst string, limit int64) (int64, error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return 0, err
@@ -858,11 +920,15 @@ func copySparse(src, dst string) (int64, error) {
 	}
 	buf := make([]byte, 64<<10)
 	zero := make([]byte, len(buf))
-	var off int64
+	var off, written int64
 	for {
 		n, rerr := io.ReadFull(in, buf)
 		if n > 0 {
 			if !bytes.Equal(buf[:n], zero[:n]) {
+				if written += int64(n); limit >= 0 && written > limit {
+					out.Close()
+					return 0, fmt.Errorf("%w: the RAM file's copy passed %d bytes", vmm.ErrSnapshotTooLarge, limit)
+				}
 				if _, err := out.WriteAt(buf[:n], off); err != nil {
 					out.Close()
 					return 0, err

@@ -37,9 +37,9 @@ const (
 	// DefaultDiskBytes is a VM's disk when Options.DiskBytes is 0: e2b's
 	// 10 GiB, for every size class. The image is sparse: a fresh one takes
 	// about 4 MiB of the host's disk.
-	DefaultDiskBytes = 10 << 30
+	DefaultDiskBytes = vmm.DefaultDiskBytes
 	// MinDiskBytes is the smallest disk (ext4 and its journal need room).
-	MinDiskBytes = 16 << 20
+	MinDiskBytes = vmm.MinDiskBytes
 )
 
 // errNoMkfs explains a missing mkfs.ext4.
