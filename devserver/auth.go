@@ -10,6 +10,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	authpath "k8s.io/apiserver/pkg/authorization/path"
 	"k8s.io/apiserver/pkg/authorization/union"
 )
 
@@ -21,10 +22,17 @@ const (
 	AdminUser = "sandbox-dev:admin"
 	// ReadOnlyUser is in ReadOnlyGroup: get, list and watch only.
 	ReadOnlyUser = "sandbox-dev:readonly"
-	// ReadOnlyGroup may get, list and watch any resource and GET any
-	// non-resource path (discovery, /healthz); nothing else.
+	// ReadOnlyGroup may get, list and watch any resource and GET the
+	// discovery and health paths (readOnlyPaths); nothing else — not
+	// /metrics, /debug/pprof/ or /logs.
 	ReadOnlyGroup = "hearth:read-only"
 )
+
+// readOnlyPaths are the non-resource paths ReadOnlyGroup may GET: those
+// Kubernetes' system:discovery and system:public-info-viewer roles grant
+// (a trailing * matches any rest). With the resource reads this is what
+// the view role and those two give a user.
+var readOnlyPaths = []string{"/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version", "/version/", "/healthz", "/livez", "/readyz"}
 
 // authFor returns the dev server's authenticator (the two bearer tokens;
 // no anonymous requests: 401 without a known token) and authorizer
@@ -37,7 +45,7 @@ func authFor(adminToken, readOnlyToken string) (authenticator.Request, authorize
 	})
 	authz, err := union.New(
 		union.NamedAuthorizer{AuthorizerName: "privileged-groups", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
-		union.NamedAuthorizer{AuthorizerName: "read-only", Authorizer: authorizer.AuthorizerFunc(readOnlyAuthorizer{}.Authorize)},
+		union.NamedAuthorizer{AuthorizerName: "read-only", Authorizer: authorizer.AuthorizerFunc(newReadOnlyAuthorizer().Authorize)},
 	)
 	if err != nil {
 		panic(err) // union.New fails only on empty or duplicate names, fixed here
@@ -45,16 +53,34 @@ func authFor(adminToken, readOnlyToken string) (authenticator.Request, authorize
 	return bearertoken.New(tokens), authz
 }
 
-// readOnlyAuthorizer allows ReadOnlyGroup the read verbs, and has no
-// opinion on anything else.
-type readOnlyAuthorizer struct{}
+// readOnlyAuthorizer allows ReadOnlyGroup the read verbs on resources
+// and GET on readOnlyPaths, and has no opinion on anything else.
+type readOnlyAuthorizer struct {
+	paths authorizer.Authorizer
+}
+
+func newReadOnlyAuthorizer() readOnlyAuthorizer {
+	paths, err := authpath.NewAuthorizer(readOnlyPaths)
+	if err != nil {
+		panic(err) // only a * before the end fails, fixed here
+	}
+	return readOnlyAuthorizer{paths: paths}
+}
 
 var readVerbs = []string{"get", "list", "watch"}
 
-func (readOnlyAuthorizer) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+func (ro readOnlyAuthorizer) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 	u := a.GetUser()
 	if u == nil || !slices.Contains(u.GetGroups(), ReadOnlyGroup) {
 		return authorizer.DecisionNoOpinion, "", nil
+	}
+	if !a.IsResourceRequest() {
+		if a.GetVerb() == "get" {
+			if d, _, err := ro.paths.Authorize(ctx, a); d == authorizer.DecisionAllow && err == nil {
+				return authorizer.DecisionAllow, "read-only user: discovery and health", nil
+			}
+		}
+		return authorizer.DecisionNoOpinion, "read-only user: GET of discovery and health paths only", nil
 	}
 	if slices.Contains(readVerbs, a.GetVerb()) {
 		return authorizer.DecisionAllow, "read-only user", nil

@@ -114,6 +114,36 @@ func TestDevServer_AuthenticatesAndAuthorizes(t *testing.T) {
 		t.Fatalf("admin create: %v", err)
 	}
 
+	// Non-resource paths: the read-only token reaches discovery, version
+	// and health, not the profiles or the metrics; the admin token does.
+	readOnly, err := os.ReadFile(filepath.Join(dir, "readonly-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := map[string][]byte{"readonly-token": readOnly, "admin-token": admin}
+	for _, tc := range []struct {
+		token, path string
+		want        int
+	}{
+		{"readonly-token", "/debug/pprof/", http.StatusForbidden},
+		{"readonly-token", "/metrics", http.StatusForbidden},
+		{"readonly-token", "/version", http.StatusOK},
+		{"readonly-token", "/apis", http.StatusOK},
+		{"readonly-token", "/healthz", http.StatusOK},
+		{"admin-token", "/metrics", http.StatusOK},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, d.ready.APIServer+tc.path, nil)
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tokens[tc.token])))
+		resp, err := insecure.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s with %s: %d, want %d", tc.path, tc.token, resp.StatusCode, tc.want)
+		}
+	}
+
 	// etcd: not over plain TCP, not over TLS without the client certificate.
 	plain := strings.Replace(d.ready.Etcd, "https://", "http://", 1)
 	if err := etcdGet(plain, nil); err == nil {
