@@ -110,35 +110,86 @@ func TestConfinement_NoHostVisible(t *testing.T) {
 	}
 }
 
-// A guest that turns its mount points into symlinks to host paths (its
-// writable layer persists across restarts) gets fresh directories, and
-// nothing is created on the host.
+// A guest that turns its mount points (/proc, /dev, /.hearth, and the
+// egress lane's /etc/resolv.conf) into links to host paths — absolute,
+// relative ("../.."), through /proc/self/root or /proc/1/root — or into a
+// hard link or a file (its writable layer persists across restarts) gets
+// fresh directories: the host's init neither creates, mounts on, writes
+// nor chowns anything outside the root, and the guest comes up.
 func TestConfinement_SymlinkedMountPoints(t *testing.T) {
 	ctx := context.Background()
-	d := newDriver(t, t.TempDir())
-	h := boot(t, d, vmm.Spec{ID: "vm", Net: "none"})
-	bait := filepath.Join(t.TempDir(), "bait")
-	// Replace the mount points on the writable layer from the host side, as
-	// a guest could have done on a previous run.
-	up := filepath.Join(h.Dir, "upperfs", "upper")
-	for _, top := range []string{"proc", "dev", ".hearth"} {
-		_ = os.RemoveAll(filepath.Join(up, top))
-		if err := os.Symlink(filepath.Join(bait, top), filepath.Join(up, top)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h, err := d.Stop(ctx, h)
-	if err != nil {
+	host := t.TempDir()
+	bait := filepath.Join(host, "bait")
+	if err := os.MkdirAll(bait, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if h, err = d.Restore(ctx, h); err != nil {
+	baitFile := filepath.Join(host, "bait.conf")
+	if err := os.WriteFile(baitFile, []byte("host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if r := run(t, h, "test -d /proc/self && test -c /dev/null && echo ok"); r.stdout != "ok\n" {
-		t.Fatalf("after restart: %v", r)
-	}
-	if _, err := os.Lstat(bait); !os.IsNotExist(err) {
-		t.Fatalf("the init created %s on the host", bait)
+	for _, tc := range []struct{ name, dirTarget, fileTarget string }{
+		{"absolute", bait, baitFile},
+		{"relative", "../../../../../../../../../../.." + bait, "../../../../../../../../../../.." + baitFile},
+		{"proc self root", "/proc/self/root" + bait, "/proc/self/root" + baitFile},
+		{"proc 1 root", "/proc/1/root" + bait, "/proc/1/root" + baitFile},
+		{"hard link", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDriver(t, t.TempDir())
+			h := boot(t, d, vmm.Spec{ID: "vm", Net: "egress"})
+			// Replace the mount points on the writable layer from the host
+			// side, as a guest could have done on a previous run.
+			up := filepath.Join(h.Dir, "upperfs", "upper")
+			if err := os.MkdirAll(filepath.Join(up, "etc"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tc.dirTarget == "" {
+				if err := os.WriteFile(filepath.Join(up, "file"), []byte("guest\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, top := range []string{"proc", "dev", ".hearth", "etc/resolv.conf"} {
+				p := filepath.Join(up, top)
+				_ = os.RemoveAll(p)
+				var err error
+				switch {
+				case tc.dirTarget == "":
+					err = os.Link(filepath.Join(up, "file"), p)
+				case top == "etc/resolv.conf":
+					err = os.Symlink(tc.fileTarget, p)
+				default:
+					err = os.Symlink(tc.dirTarget, p)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			h, err := d.Stop(ctx, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h, err = d.Restore(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			if r := run(t, h, "test -d /proc/self && test -c /dev/null && test -d /.hearth && echo ok"); r.stdout != "ok\n" {
+				t.Fatalf("after restart: %v", r)
+			}
+			if ents, _ := os.ReadDir(bait); len(ents) != 0 {
+				t.Fatalf("the init created %v in the host's %s", ents, bait)
+			}
+			if b, _ := os.ReadFile(baitFile); string(b) != "host\n" {
+				t.Fatalf("the host's %s now holds %q", baitFile, b)
+			}
+			b, _ := os.ReadFile("/proc/self/mountinfo")
+			if strings.Contains(string(b), host) {
+				t.Fatalf("something is mounted under the host's %s", host)
+			}
+			if tc.dirTarget == "" {
+				if b, _ := os.ReadFile(filepath.Join(up, "file")); string(b) != "guest\n" {
+					t.Fatalf("a hard link at a mount point was written through: %q", b)
+				}
+			}
+		})
 	}
 }
 

@@ -187,16 +187,6 @@ func prepareDisk(mnt string, uid int) error {
 	return nil
 }
 
-// openBeneath opens name under dirfd following no symlink, magic link or
-// "..", never leaving dirfd (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, plus
-// extra resolve flags).
-func openBeneath(dirfd int, name string, flags int, resolve uint64) (int, error) {
-	return unix.Openat2(dirfd, name, &unix.OpenHow{
-		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | resolve,
-	})
-}
-
 var errNoDisk = errors.New("no disk image")
 
 // unmountDisk detaches dir's disk mount (its loop device goes with its

@@ -2,10 +2,12 @@ package sim
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -195,70 +197,64 @@ func setupRoot(c initConfig) error {
 	if err := must("bind root", unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, "")); err != nil {
 		return err
 	}
-	at := func(p string) string { return filepath.Join(root, p) }
-	mkdir := func(p string, mode os.FileMode) { _ = os.MkdirAll(at(p), mode) }
-	// The guest controls its root's entries (its writable layer persists):
-	// a mount point that is a symlink would make this host-root process
-	// mount or create directories at a host path. Mount points at the top
-	// level are replaced by fresh directories unless they are real ones;
-	// everything deeper is created inside tmpfs mounted here.
-	for _, top := range []string{"proc", "dev", guestHearthDir[1:]} {
-		st, err := os.Lstat(at(top))
-		if err == nil && st.IsDir() {
-			continue
-		}
-		if err == nil {
-			if err := os.RemoveAll(at(top)); err != nil {
-				return err
-			}
-		}
-		if err := os.Mkdir(at(top), 0o755); err != nil {
+	// Every mount point is resolved inside the root, no link followed, and
+	// mounted onto by descriptor (see inroot.go): the guest owns its
+	// writable layer, which persists, so /proc, /dev or /.hearth may be its
+	// symlinks (to a host path, "../..", /proc/1/root/...), files or hard
+	// links. Such an entry is replaced by a fresh directory; everything
+	// deeper is made inside tmpfs mounted here.
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the root: %w", err)
+	}
+	defer unix.Close(rfd)
+	if err := mountOn(rfd, "proc", 0o555, "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	if err := mountOn(rfd, "dev", 0o755, "tmpfs", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=1m"); err != nil {
+		return err
+	}
+	dev, err := openMounted(rfd, "dev")
+	if err != nil {
+		return fmt.Errorf("/dev: %w", err)
+	}
+	defer unix.Close(dev)
+	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		if err := createIn(dev, n, 0o666, nil, -1); err != nil {
 			return err
 		}
-	}
-
-	mkdir("proc", 0o555)
-	if err := must("mount /proc", unix.Mount("proc", at("proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")); err != nil {
-		return err
-	}
-	mkdir("dev", 0o755)
-	if err := must("mount /dev", unix.Mount("tmpfs", at("dev"), "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=1m")); err != nil {
-		return err
-	}
-	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		f, err := os.OpenFile(at("dev/"+n), os.O_CREATE|os.O_WRONLY, 0o666)
+		fd, err := openBeneath(dev, n, unix.O_PATH, unix.RESOLVE_NO_XDEV)
+		if err != nil {
+			return fmt.Errorf("/dev/%s: %w", n, err)
+		}
+		err = must("bind /dev/"+n, unix.Mount("/dev/"+n, fdPath(fd), "", unix.MS_BIND, ""))
+		unix.Close(fd)
 		if err != nil {
 			return err
 		}
-		f.Close()
-		if err := must("bind /dev/"+n, unix.Mount("/dev/"+n, at("dev/"+n), "", unix.MS_BIND, "")); err != nil {
-			return err
-		}
 	}
-	mkdir("dev/pts", 0o755)
-	if err := must("mount devpts", unix.Mount("devpts", at("dev/pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")); err != nil {
+	if err := mountOn(dev, "pts", 0o755, "devpts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return err
 	}
-	mkdir("dev/shm", 0o1777)
-	if err := must("mount /dev/shm", unix.Mount("tmpfs", at("dev/shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=64m")); err != nil {
+	if err := mountOn(dev, "shm", 0o1777, "tmpfs", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=64m"); err != nil {
 		return err
 	}
 	for link, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
-		_ = os.Symlink(target, at("dev/"+link))
+		_ = unix.Symlinkat(target, dev, link)
 	}
 
 	// /.hearth: tmpfs owned by the guest's root, 0700, holding the token
 	// (0600). The agent executable comes with the overlay (/.hearth-agent).
-	mkdir(guestHearthDir, 0o700)
 	opts := fmt.Sprintf("mode=0700,uid=%d,gid=%d,size=1m", c.UIDBase, c.UIDBase)
-	if err := must("mount /.hearth", unix.Mount("tmpfs", at(guestHearthDir), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)); err != nil {
+	if err := mountOn(rfd, guestHearthDir[1:], 0o700, "tmpfs", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return err
 	}
-	tok := at(guestTokenFile)
-	if err := os.WriteFile(tok, []byte(c.Token), 0o600); err != nil {
-		return err
+	hearth, err := openMounted(rfd, guestHearthDir[1:])
+	if err != nil {
+		return fmt.Errorf("%s: %w", guestHearthDir, err)
 	}
-	if err := os.Chown(tok, c.UIDBase, c.UIDBase); err != nil {
+	defer unix.Close(hearth)
+	if err := createIn(hearth, path.Base(guestTokenFile), 0o600, []byte(c.Token), c.UIDBase); err != nil {
 		return err
 	}
 
@@ -274,29 +270,50 @@ func setupRoot(c initConfig) error {
 	return os.Chdir("/")
 }
 
-// bindResolvConf binds src over /etc/resolv.conf, after pivot_root (every
-// path is the guest's). Only a real /etc and a regular (or missing)
-// resolv.conf are touched: a guest-made symlink is left alone.
+// bindResolvConf binds src over /etc/resolv.conf, read-only, after
+// pivot_root (every path is the guest's). /etc/resolv.conf is resolved in
+// the root with no link followed and the bind goes onto its descriptor:
+// only a real /etc and a regular (or missing) resolv.conf are touched, a
+// guest-made symlink at either is left alone.
 func bindResolvConf(src string) error {
-	if st, err := os.Lstat("/etc"); err != nil || !st.IsDir() {
-		return nil
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
 	}
-	const dst = "/etc/resolv.conf"
-	st, err := os.Lstat(dst)
-	switch {
-	case os.IsNotExist(err):
-		fd, err := unix.Open(dst, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
-		if err != nil {
+	defer unix.Close(root)
+	etc, err := openBeneath(root, "etc", unix.O_PATH|unix.O_DIRECTORY, unix.RESOLVE_NO_XDEV)
+	if err != nil {
+		return nil // no /etc, or a link: the guest's choice
+	}
+	defer unix.Close(etc)
+	const name = "resolv.conf"
+	fd, err := openBeneath(etc, name, unix.O_PATH, unix.RESOLVE_NO_XDEV)
+	if errors.Is(err, unix.ENOENT) {
+		if createIn(etc, name, 0o644, nil, -1) != nil {
 			return nil
 		}
+		fd, err = openBeneath(etc, name, unix.O_PATH, unix.RESOLVE_NO_XDEV)
+	}
+	if err != nil {
+		return nil // a link: left alone
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-	case err != nil || !st.Mode().IsRegular():
 		return nil
 	}
-	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind %s: %w", dst, err)
+	err = unix.Mount(src, fdPath(fd), "", unix.MS_BIND, "")
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("bind /etc/resolv.conf: %w", err)
 	}
-	return unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	// Remount read-only what is now mounted there (the bind's root).
+	if fd, err = openBeneath(etc, name, unix.O_PATH, 0); err != nil {
+		return fmt.Errorf("/etc/resolv.conf: %w", err)
+	}
+	defer unix.Close(fd)
+	return unix.Mount("", fdPath(fd), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 }
 
 // limitFiles sets the RLIMIT_NOFILE the agent and every guest process
