@@ -336,6 +336,9 @@ func mountsUnder(dir string) ([]string, error) {
 			continue
 		}
 		mp := unescapeMount(f[4])
+		if strings.HasSuffix(mp, "//deleted") {
+			continue // its directory is gone: no path reaches it
+		}
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}

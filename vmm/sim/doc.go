@@ -64,6 +64,13 @@
 //     own pid namespace), a tmpfs /dev with null, zero, full, random,
 //     urandom and tty bound from the host, devpts and /dev/shm, and a tmpfs
 //     /.hearth (0700, owned by the guest's root) holding the token (0600).
+//     The guest owns its writable layer, which persists, so any of these
+//     may be its symlink, hard link or file: each mount point is opened in
+//     the root with openat2 (RESOLVE_BENEATH, no symlink, magic link or
+//     "..") and mounted onto by descriptor (/proc/self/fd/N); a
+//     non-directory there is replaced by a fresh directory, never
+//     followed; files are created O_EXCL|O_NOFOLLOW in directories so
+//     opened (see inroot.go). No host path is resolved through guest data.
 //     Every descriptor past stdio it inherited is made close-on-exec. It
 //     pivot_roots into rootfs/ and detaches the host's root: no node data
 //     dir, no other VM's layers, no host path.
@@ -150,18 +157,14 @@
 // dir was deleted while it was down. A root is known from the registration
 // or from the VM log its guest writes to; a guest of unknown root, of an
 // existing root or of a live driver is never touched (see orphans.go).
+// What is still mounted under a deleted root (its guests' disks) is
+// unmounted, which frees their loop devices.
 //
 // # Network
 //
 // Egress VMs get /etc/resolv.conf naming 10.0.2.3 (a read-only bind from
-// the agent layer; a guest-made symlink there is left alone). The hostname
-// is "sandbox", and /etc/hosts names it: an image's own /etc/hosts when it
-// does (the built-in images), else (most OCI images) a copy of it with
-// "127.0.1.1 sandbox" added, on the /.hearth tmpfs and bound over
-// /etc/hosts: writable by the guest's root, rewritten at each start, as
-// in Docker. The init opens the target inside the guest's root and on its
-// root mount (openat2 RESOLVE_IN_ROOT|RESOLVE_NO_XDEV) and binds onto the
-// descriptor, so a guest-made link cannot move the bind.
+// the agent layer onto the file opened in the root, no link followed; a
+// guest-made symlink at /etc or /etc/resolv.conf is left alone).
 //
 // Every VM has its own network namespace, created by the driver (owned by
 // the initial user namespace: the guest has no CAP_NET_ADMIN over it, and

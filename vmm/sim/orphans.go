@@ -26,8 +26,10 @@ import (
 // is known — from the registry file or, for guests started before the
 // registry, from the log file the VM's init writes to (fd 1) — and hashes
 // to the key, and that root no longer exists (ENOENT; any other error
-// proves nothing). Orphans are killed and their cgroups removed. A guest
-// whose root cannot be established is left alone.
+// proves nothing). Orphans are killed and their cgroups removed, and
+// whatever is still mounted under the root (their disks, with the loop
+// devices they hold) is unmounted. A guest whose root cannot be
+// established is left alone.
 
 // registryDir holds the drivers' registrations (tmpfs: it lives exactly as
 // long as the cgroups it describes).
@@ -192,6 +194,11 @@ func (d *Driver) sweepKey(key string, cgs []vmCgroup) ([]string, error) {
 		}
 		d.log.Info("Removed the guests of a deleted root", "cgroup", cg.rel, "root", root)
 		removed = append(removed, cg.rel)
+	}
+	// The guests' disks and roots: mounts left under the deleted root
+	// (its loop devices go with them).
+	if err := unmountUnder(root); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
 		_ = os.Remove(path) // still locked: a registering driver re-checks the inode
