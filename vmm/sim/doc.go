@@ -164,7 +164,14 @@
 //
 // Egress VMs get /etc/resolv.conf naming 10.0.2.3 (a read-only bind from
 // the agent layer onto the file opened in the root, no link followed; a
-// guest-made symlink at /etc or /etc/resolv.conf is left alone).
+// guest-made symlink at /etc or /etc/resolv.conf is left alone). The
+// hostname is "sandbox", and /etc/hosts names it: an image's own
+// /etc/hosts when it does (the built-in images), else (most OCI images) a
+// copy of it with "127.0.1.1 sandbox" added, on the /.hearth tmpfs and
+// bound over /etc/hosts: writable by the guest's root, rewritten at each
+// start, as in Docker. The init opens the target inside the guest's root
+// and on its root mount (openat2 RESOLVE_IN_ROOT|RESOLVE_NO_XDEV) and binds
+// onto the descriptor, so a guest-made link cannot move the bind.
 //
 // Every VM has its own network namespace, created by the driver (owned by
 // the initial user namespace: the guest has no CAP_NET_ADMIN over it, and
