@@ -48,8 +48,10 @@ type Fleet interface {
 	Renew(ctx context.Context, s nodeapi.Sandbox, ttlSeconds int64) (time.Time, error)
 	Stats(ctx context.Context, s nodeapi.Sandbox) (nodeapi.Stats, error)
 	// ClaimSnapshot claims a new sandbox cloned from snap on the node
-	// holding it, recorded under req.Ref (req.Key is ignored).
+	// holding it, recorded under req.Ref (req.Key and req.Object are ignored).
 	ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error)
+	// SetLabels replaces s's recorded labels and annotations.
+	SetLabels(ctx context.Context, s nodeapi.Sandbox, req nodeapi.LabelsRequest) (nodeapi.Sandbox, error)
 }
 
 var _ Fleet = (*fleet.NodeFleet)(nil)
@@ -168,17 +170,35 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-func (g *gateway) inNamespace(s nodeapi.Sandbox) bool {
-	return strings.HasPrefix(s.ClaimRef, g.cfg.Namespace+"/")
+// namespaceOfRef is the namespace part of a claim ref ("" without one).
+func namespaceOfRef(ref string) string {
+	ns, _, ok := strings.Cut(ref, "/")
+	if !ok {
+		return ""
+	}
+	return ns
 }
 
+// visible reports whether an API key of namespace ns sees s: s is in ns
+// and labelled for e2b (sandbox.LabelE2B "true": every e2b create, and a
+// Kubernetes-created sandbox its owner labelled so).
+func visible(ns string, s nodeapi.Sandbox) bool {
+	return namespaceOfRef(s.ClaimRef) == ns && s.Labels[sandbox.LabelE2B] == "true"
+}
+
+// errNotVisible is a lookup's not-found for a sandbox that exists but is
+// not the caller's to see: never cached as a miss (another key may see it).
+var errNotVisible = fmt.Errorf("%w (not visible to this API key)", fleet.ErrNotFound)
+
 // lookup resolves a client-supplied sandbox id (raw or rendered) through
-// the fleet, live; only sandboxes in the gateway's namespace are visible.
+// the fleet, live, for the control plane: only the sandboxes the request's
+// API key sees (visible) are found.
 //
 // A not-found is remembered for missTTL, so a burst of requests for an
 // unknown id costs one fleet lookup, not one each.
 func (g *gateway) lookup(ctx context.Context, given string) (nodeapi.Sandbox, error) {
-	return g.lookupBy(ctx, given, g.fleet.LiveByID, true)
+	ns := g.namespaceOf(ctx)
+	return g.lookupBy(ctx, given, g.fleet.LiveByID, true, func(s nodeapi.Sandbox) bool { return visible(ns, s) })
 }
 
 // lookupKnown is lookup for the data plane, where no credential can be
@@ -186,13 +206,16 @@ func (g *gateway) lookup(ctx context.Context, given string) (nodeapi.Sandbox, er
 // asked of the node the fleet's index or view names, never of every node
 // (Fleet.KnownByID), and the fleet's list is not scanned for other
 // spellings.
+// A sandbox token opens its sandbox whatever its labels, in any of the
+// keys' namespaces.
 func (g *gateway) lookupKnown(ctx context.Context, given string) (nodeapi.Sandbox, error) {
-	return g.lookupBy(ctx, given, g.fleet.KnownByID, false)
+	return g.lookupBy(ctx, given, g.fleet.KnownByID, false, func(s nodeapi.Sandbox) bool { return g.namespaces[namespaceOfRef(s.ClaimRef)] })
 }
 
-// lookupBy is lookup with find asking for one claim id; scan also tries
-// the ids of the fleet's list that given may spell.
-func (g *gateway) lookupBy(ctx context.Context, given string, find func(context.Context, string) (nodeapi.Sandbox, error), scan bool) (nodeapi.Sandbox, error) {
+// lookupBy is lookup with find asking for one claim id and sees telling
+// which records the caller may see; scan also tries the ids of the
+// fleet's list that given may spell.
+func (g *gateway) lookupBy(ctx context.Context, given string, find func(context.Context, string) (nodeapi.Sandbox, error), scan bool, sees func(nodeapi.Sandbox) bool) (nodeapi.Sandbox, error) {
 	given = strings.TrimSpace(given)
 	if given == "" || len(given) > maxIDLen {
 		return nodeapi.Sandbox{}, fleet.ErrNotFound
@@ -200,8 +223,8 @@ func (g *gateway) lookupBy(ctx context.Context, given string, find func(context.
 	if g.missed(given) {
 		return nodeapi.Sandbox{}, fleet.ErrNotFound
 	}
-	s, err := g.lookupFleet(ctx, given, find, scan)
-	if errors.Is(err, fleet.ErrNotFound) && !errors.Is(err, fleet.ErrIncomplete) {
+	s, err := g.lookupFleet(ctx, given, find, scan, sees)
+	if errors.Is(err, fleet.ErrNotFound) && !errors.Is(err, fleet.ErrIncomplete) && !errors.Is(err, errNotVisible) {
 		g.miss(given)
 	}
 	return s, err
@@ -251,14 +274,22 @@ func (g *gateway) unmiss(s nodeapi.Sandbox) {
 	g.mu.Unlock()
 }
 
-func (g *gateway) lookupFleet(ctx context.Context, given string, find func(context.Context, string) (nodeapi.Sandbox, error), scan bool) (nodeapi.Sandbox, error) {
+func (g *gateway) lookupFleet(ctx context.Context, given string, find func(context.Context, string) (nodeapi.Sandbox, error), scan bool, sees func(nodeapi.Sandbox) bool) (nodeapi.Sandbox, error) {
 	tried := map[string]bool{}
+	hidden := false
 	try := func(id string) (nodeapi.Sandbox, bool, error) {
 		tried[id] = true
 		s, err := find(ctx, id)
 		switch {
 		case err == nil:
-			return s, MatchID(s.ID, given) && g.inNamespace(s), nil
+			if !MatchID(s.ID, given) {
+				return s, false, nil
+			}
+			if !sees(s) {
+				hidden = true
+				return s, false, nil
+			}
+			return s, true, nil
 		case errors.Is(err, fleet.ErrNotFound):
 			return s, false, nil
 		}
@@ -269,8 +300,14 @@ func (g *gateway) lookupFleet(ctx context.Context, given string, find func(conte
 			return s, err
 		}
 	}
+	notFound := func() error {
+		if hidden {
+			return errNotVisible
+		}
+		return fleet.ErrNotFound
+	}
 	if !scan {
-		return nodeapi.Sandbox{}, fleet.ErrNotFound
+		return nodeapi.Sandbox{}, notFound()
 	}
 	// An id in a spelling we cannot invert: scan the fleet's list.
 	all, err := g.fleet.List(ctx)
@@ -284,7 +321,7 @@ func (g *gateway) lookupFleet(ctx context.Context, given string, find func(conte
 			}
 		}
 	}
-	return nodeapi.Sandbox{}, fleet.ErrNotFound
+	return nodeapi.Sandbox{}, notFound()
 }
 
 func (g *gateway) forget(s nodeapi.Sandbox) { g.dropRoute(s.ID) }
@@ -444,8 +481,11 @@ func lifecycleOf(req createRequest) (nodeapi.Lifecycle, error) {
 		}
 		l.AutoResume = true
 	}
+	// Public ports are e2b's default, and only an e2b create's.
 	if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
 		l.PrivateTraffic = true
+	} else {
+		l.PublicTraffic = true
 	}
 	return l, nil
 }
@@ -539,7 +579,10 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	freq := fleet.Request{TTLSeconds: ttl, Ref: g.cfg.Namespace + "/" + newClaimName(), Env: req.EnvVars, Metadata: req.Metadata, Lifecycle: life}
+	// The key's namespace; labelled for e2b (visible), which a fork child
+	// inherits with the labels.
+	freq := fleet.Request{TTLSeconds: ttl, Ref: g.namespaceOf(r.Context()) + "/" + newClaimName(), Env: req.EnvVars, Metadata: req.Metadata, Lifecycle: life,
+		Object: nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}}
 	var s nodeapi.Sandbox
 	if isSnapshotID(req.TemplateID) {
 		s, err = g.claimSnapshot(r.Context(), req.TemplateID, freq)
@@ -559,7 +602,7 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 				writeError(w, http.StatusNotFound, "template %q not found: %s", req.TemplateID, g.knownTemplates(r.Context()))
 				return
 			}
-			s, err = g.fleet.ClaimSnapshot(r.Context(), snap, freq)
+			s, err = g.cloneSnapshot(r.Context(), snap, freq)
 		}
 	}
 	if err != nil {
@@ -650,15 +693,16 @@ func isSnapshotID(id string) bool {
 	return strings.HasPrefix(id, "sn_") || strings.HasPrefix(id, "sn-")
 }
 
-// snapshots lists the snapshots of the gateway's namespace.
+// snapshots lists the snapshots of the request's key's namespace.
 func (g *gateway) snapshots(ctx context.Context) ([]nodeapi.Snapshot, error) {
 	all, err := g.fleet.Snapshots(ctx)
 	if err != nil {
 		return nil, err
 	}
+	ns := g.namespaceOf(ctx)
 	out := all[:0:0]
 	for _, c := range all {
-		if c.Namespace == g.cfg.Namespace {
+		if c.Namespace == ns {
 			out = append(out, c)
 		}
 	}
@@ -700,20 +744,48 @@ func (g *gateway) claimSnapshot(ctx context.Context, id string, req fleet.Reques
 	if err != nil {
 		return nodeapi.Sandbox{}, err
 	}
-	return g.fleet.ClaimSnapshot(ctx, snap, req)
+	return g.cloneSnapshot(ctx, snap, req)
 }
 
-// view returns every sandbox of the namespace the fleet lists (published
-// or claimed through the fleet and not published yet).
+// cloneSnapshot claims a clone of snap and records req.Object's labels on
+// it (a node records no object with a snapshot claim), so the clone is
+// visible like any e2b create; a clone that cannot be labelled is released
+// and the create fails.
+func (g *gateway) cloneSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error) {
+	s, err := g.fleet.ClaimSnapshot(ctx, snap, req)
+	if err != nil || len(req.Object.Labels) == 0 || s.Labels[sandbox.LabelE2B] == req.Object.Labels[sandbox.LabelE2B] {
+		return s, err
+	}
+	labels := map[string]string{}
+	for k, v := range s.Labels {
+		labels[k] = v
+	}
+	for k, v := range req.Object.Labels {
+		labels[k] = v
+	}
+	labelled, err := g.fleet.SetLabels(ctx, s, nodeapi.LabelsRequest{Labels: labels, Annotations: s.Annotations, Version: s.Version})
+	if err != nil {
+		g.releaseOrphans(ctx, s)
+		return nodeapi.Sandbox{}, fmt.Errorf("labelling the clone of snapshot %s: %w", snap.ID, err)
+	}
+	if labelled.Token == "" {
+		labelled.Token = s.Token
+	}
+	return labelled, nil
+}
+
+// view returns every sandbox the request's key sees (visible) that the
+// fleet lists (published or claimed through the fleet and not published yet).
 func (g *gateway) view(ctx context.Context) ([]nodeapi.Sandbox, error) {
 	all, err := g.fleet.List(ctx)
 	if err != nil {
 		return nil, err
 	}
+	ns := g.namespaceOf(ctx)
 	seen := map[string]bool{}
 	out := make([]nodeapi.Sandbox, 0, len(all))
 	for _, s := range all {
-		if g.inNamespace(s) && !seen[s.ID] {
+		if visible(ns, s) && !seen[s.ID] {
 			seen[s.ID] = true
 			out = append(out, s)
 		}

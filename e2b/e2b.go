@@ -8,7 +8,15 @@
 // An e2b create is the same node-local warm claim as a Kubernetes Create:
 // the key comes from pool.KeyForE2B, the claim is recorded under
 // "<namespace>/e2b-<random>" so it shows in `kubectl get sandboxes`, and no
-// path cold-starts (no warm microVM → 503). Sandbox ids are rendered DNS
+// path cold-starts (no warm microVM → 503).
+//
+// Each API key acts in one namespace (APIKey, LoadKeys: "<key>
+// [namespace]" a line): its creates land there, labelled sandbox.LabelE2B,
+// and the control plane shows it only that namespace's sandboxes carrying
+// the label (visible) and that namespace's snapshots — a sandbox created
+// through Kubernetes is e2b's only when its owner labels it. Only an e2b
+// create's ports are public by default (nodeapi.Lifecycle.PublicTraffic);
+// every other sandbox's need its token or traffic token. Sandbox ids are rendered DNS
 // label safe (RenderID); both spellings are accepted. Reads go through
 // Fleet.LiveByID, never waiting for an inventory publish; errors map
 // through fleet.HTTPStatus, like the Kubernetes surface's.
@@ -64,6 +72,7 @@ package e2b
 
 import (
 	"bufio"
+	"context"
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/json"
@@ -77,6 +86,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 
 	"github.com/hearthvm/hearth/agent"
 	"github.com/hearthvm/hearth/internal/serve"
@@ -85,13 +95,16 @@ import (
 // Config configures the gateway.
 type Config struct {
 	Fleet Fleet
-	// Namespace receives every e2b claim (default "default"); sandboxes
-	// recorded in other namespaces are invisible to the control plane.
+	// Namespace is the namespace of a key that names none (APIKeys, a
+	// key alone on its line) and of anonymous access (default "default").
 	Namespace string
 	// Domain is echoed as the sandbox domain (empty → null).
 	Domain string
-	// APIKeys are the accepted X-API-KEY values.
+	// APIKeys are accepted X-API-KEY values, each acting in Namespace.
 	APIKeys []string
+	// Keys are accepted X-API-KEY values with the namespace each acts in
+	// (LoadKeys reads them from --e2b-api-key-file).
+	Keys []APIKey
 	// AllowAnonymous serves without any key (only when APIKeys is empty).
 	AllowAnonymous bool
 	// EnvdVersion is advertised to the SDK (default agent.Version).
@@ -151,17 +164,36 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Fleet == nil {
 		return nil, errors.New("e2b gateway: no fleet")
 	}
-	keys := make([][]byte, 0, len(cfg.APIKeys))
+	if cfg.Namespace == "" {
+		cfg.Namespace = "default"
+	}
+	all := append([]APIKey(nil), cfg.Keys...)
 	for _, k := range cfg.APIKeys {
-		if k = strings.TrimSpace(k); k != "" {
-			keys = append(keys, []byte(k))
+		all = append(all, APIKey{Key: k})
+	}
+	keys := make([]configuredKey, 0, len(all))
+	namespaces := map[string]bool{cfg.Namespace: true}
+	seen := map[string]string{}
+	for _, k := range all {
+		key, ns := strings.TrimSpace(k.Key), k.Namespace
+		if key == "" {
+			continue
 		}
+		if ns == "" {
+			ns = cfg.Namespace
+		}
+		if errs := apivalidation.ValidateNamespaceName(ns, false); len(errs) > 0 {
+			return nil, fmt.Errorf("e2b gateway: API key namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
+		if prev, ok := seen[key]; ok && prev != ns {
+			return nil, fmt.Errorf("e2b gateway: one API key is given for namespaces %q and %q", prev, ns)
+		}
+		seen[key] = ns
+		keys = append(keys, configuredKey{key: []byte(key), namespace: ns})
+		namespaces[ns] = true
 	}
 	if len(keys) == 0 && !cfg.AllowAnonymous {
 		return nil, ErrNoKeys
-	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = "default"
 	}
 	if cfg.EnvdVersion == "" {
 		cfg.EnvdVersion = agent.Version
@@ -173,12 +205,13 @@ func New(cfg Config) (http.Handler, error) {
 		cfg.DefaultTimeoutSeconds = min(300, cfg.MaxTimeoutSeconds)
 	}
 	g := &gateway{
-		cfg:    cfg,
-		fleet:  cfg.Fleet,
-		keys:   keys,
-		routes: map[string]route{},
-		misses: map[string]time.Time{},
-		now:    time.Now,
+		cfg:        cfg,
+		fleet:      cfg.Fleet,
+		keys:       keys,
+		namespaces: namespaces,
+		routes:     map[string]route{},
+		misses:     map[string]time.Time{},
+		now:        time.Now,
 	}
 	if g.aliases = cfg.TemplateAliases; g.aliases == nil {
 		g.aliases = DefaultAliases()
@@ -191,22 +224,53 @@ func New(cfg Config) (http.Handler, error) {
 	return g, nil
 }
 
-// LoadKeys reads an API key file: one key a line, trimmed; blank lines and
-// lines starting with '#' are ignored.
-func LoadKeys(path string) ([]string, error) {
+// An APIKey is an accepted X-API-KEY value and the namespace it acts in:
+// its creates land there, and it sees (lists, gets, kills, pauses,
+// connects, forks, snapshots) only that namespace's sandboxes labelled
+// sandbox.LabelE2B and its snapshots.
+type APIKey struct {
+	Key string
+	// Namespace is the key's namespace; empty is Config.Namespace.
+	Namespace string
+}
+
+// configuredKey is an accepted key and its namespace.
+type configuredKey struct {
+	key       []byte
+	namespace string
+}
+
+// LoadKeys reads an API key file: one key a line, optionally followed by
+// the namespace it acts in ("e2b_… team-a"; a key alone acts in
+// --e2b-namespace), fields separated by blanks; blank lines and lines
+// starting with '#' are ignored. A bad namespace or a third field is an
+// error naming the line (never the key).
+func LoadKeys(path string) ([]APIKey, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var keys []string
+	var keys []APIKey
 	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		keys = append(keys, line)
+		fields := strings.Fields(line)
+		k := APIKey{Key: fields[0]}
+		switch len(fields) {
+		case 1:
+		case 2:
+			k.Namespace = fields[1]
+			if errs := apivalidation.ValidateNamespaceName(k.Namespace, false); len(errs) > 0 {
+				return nil, fmt.Errorf("%s line %d: namespace %.64q: %s", path, n, k.Namespace, strings.Join(errs, "; "))
+			}
+		default:
+			return nil, fmt.Errorf("%s line %d: want \"<key> [namespace]\", got %d fields", path, n, len(fields))
+		}
+		keys = append(keys, k)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
@@ -239,8 +303,8 @@ func NewOptions() *Options {
 // --e2b-template-alias.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "e2b-bind-address", o.BindAddress, "address the e2b API (and envd data plane) listens on")
-	fs.StringVar(&o.Namespace, "e2b-namespace", o.Namespace, "namespace that receives e2b sandboxes")
-	fs.StringVar(&o.APIKeyFile, "e2b-api-key-file", o.APIKeyFile, "file of accepted e2b API keys, one a line, '#' comments")
+	fs.StringVar(&o.Namespace, "e2b-namespace", o.Namespace, "namespace of the e2b API keys that name none (their sandboxes are created and seen there)")
+	fs.StringVar(&o.APIKeyFile, "e2b-api-key-file", o.APIKeyFile, "file of accepted e2b API keys, one a line, each optionally followed by the namespace it acts in (\"<key> [namespace]\"; a key alone acts in --e2b-namespace), '#' comments")
 	fs.StringVar(&o.Domain, "e2b-domain", o.Domain, "domain echoed to e2b clients as the sandbox domain")
 	fs.BoolVar(&o.AllowAnonymous, "e2b-allow-anonymous", o.AllowAnonymous, "serve the e2b API without API keys")
 	fs.StringVar(&o.TLSCertFile, "e2b-tls-cert-file", o.TLSCertFile, "PEM certificate the gateway serves TLS with (a wildcard for *.<e2b-domain> and <e2b-domain>); without it the gateway serves plain HTTP, meant for loopback or behind a TLS-terminating proxy")
@@ -264,9 +328,9 @@ func (o *Options) Config(fleet Fleet) (Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("--e2b-api-key-file: %w", err)
 		}
-		cfg.APIKeys = keys
+		cfg.Keys = keys
 	}
-	if len(cfg.APIKeys) == 0 && !cfg.AllowAnonymous {
+	if len(cfg.Keys) == 0 && !cfg.AllowAnonymous {
 		return cfg, ErrNoKeys
 	}
 	return cfg, nil
@@ -274,14 +338,17 @@ func (o *Options) Config(fleet Fleet) (Config, error) {
 
 // gateway is the handler.
 type gateway struct {
-	cfg     Config
-	fleet   Fleet
-	keys    [][]byte
-	mux     *http.ServeMux
-	proxy   http.Handler
-	refs    RefLookup
-	aliases map[string]string
-	now     func() time.Time
+	cfg   Config
+	fleet Fleet
+	keys  []configuredKey
+	// namespaces are the keys' namespaces (and Config.Namespace): the
+	// data plane reaches sandboxes there.
+	namespaces map[string]bool
+	mux        *http.ServeMux
+	proxy      http.Handler
+	refs       RefLookup
+	aliases    map[string]string
+	now        func() time.Time
 
 	mu     sync.Mutex
 	routes map[string]route     // client id → cached agent route
@@ -316,10 +383,12 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.serveData(w, r, id, port)
 		return
 	}
-	if !(r.Method == http.MethodGet && r.URL.Path == "/health") && !g.authorized(r) {
+	ns, ok := g.authorized(r)
+	if !(r.Method == http.MethodGet && r.URL.Path == "/health") && !ok {
 		writeError(w, http.StatusUnauthorized, "invalid API key")
 		return
 	}
+	r = r.WithContext(context.WithValue(r.Context(), namespaceKey{}, ns))
 	if p := r.URL.Path; p == "" || p[0] != '/' || path.Clean(p) != p {
 		// ServeMux would redirect an unclean path (".." segments, "//",
 		// a trailing slash); e2b answers a JSON 404.
@@ -330,26 +399,49 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.serveMux(w, r)
 }
 
-// authorized checks X-API-KEY against every key in constant time; with no
-// keys it is AllowAnonymous.
-func (g *gateway) authorized(r *http.Request) bool {
+// authorized checks X-API-KEY against every key in constant time and
+// returns the namespace of the one it is; with no keys it is
+// AllowAnonymous, in Config.Namespace.
+func (g *gateway) authorized(r *http.Request) (namespace string, ok bool) {
 	if len(g.keys) == 0 {
-		return g.cfg.AllowAnonymous
+		return g.cfg.Namespace, g.cfg.AllowAnonymous
 	}
-	return g.keyed(r)
+	return g.keyNamespace(r)
 }
 
 // keyed reports whether the request carries one of the configured API keys.
 func (g *gateway) keyed(r *http.Request) bool {
+	_, ok := g.keyNamespace(r)
+	return ok
+}
+
+// keyNamespace compares X-API-KEY with every key (each in constant time,
+// all of them always) and returns the namespace of the matching one.
+func (g *gateway) keyNamespace(r *http.Request) (string, bool) {
 	got := []byte(r.Header.Get("X-API-KEY"))
 	if len(got) == 0 {
-		return false
+		return "", false
 	}
-	ok := 0
+	ns, ok := "", false
 	for _, k := range g.keys {
-		ok |= subtle.ConstantTimeCompare(got, k)
+		if subtle.ConstantTimeCompare(got, k.key) == 1 {
+			ns, ok = k.namespace, true
+		}
 	}
-	return ok == 1
+	return ns, ok
+}
+
+// namespaceKey carries, in a control-plane request's context, the
+// namespace its API key acts in.
+type namespaceKey struct{}
+
+// namespaceOf is the namespace of the API key of the request whose
+// context ctx is.
+func (g *gateway) namespaceOf(ctx context.Context) string {
+	if ns, _ := ctx.Value(namespaceKey{}).(string); ns != "" {
+		return ns
+	}
+	return g.cfg.Namespace
 }
 
 // wellFormedToken reports whether t could be a sandbox access token: 16 to

@@ -149,14 +149,22 @@ func TestNew_FailsWithoutKeysUnlessAnonymous(t *testing.T) {
 	_, err = o.Config(f)
 	require.ErrorIs(t, err, ErrNoKeys)
 	path := filepath.Join(t.TempDir(), "keys")
-	require.NoError(t, os.WriteFile(path, []byte("# comment\n\n  k1  \nk2\n#k3\n"), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte("# comment\n\n  k1  \nk2\tteam-a\n#k3\n"), 0o600))
 	keys, err := LoadKeys(path)
 	require.NoError(t, err)
-	require.Equal(t, []string{"k1", "k2"}, keys)
+	require.Equal(t, []APIKey{{Key: "k1"}, {Key: "k2", Namespace: "team-a"}}, keys)
 	o.APIKeyFile = path
 	cfg, err := o.Config(f)
 	require.NoError(t, err)
-	require.Equal(t, []string{"k1", "k2"}, cfg.APIKeys)
+	require.Equal(t, keys, cfg.Keys)
+	for _, bad := range []string{"k1 Team_A\n", "k1 team-a extra\n", "k1 " + strings.Repeat("a", 64) + "\n"} {
+		require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
+		_, err = LoadKeys(path)
+		require.Error(t, err, bad)
+		require.NotContains(t, err.Error(), "k1", "the error names the line, not the key")
+	}
+	_, err = New(Config{Fleet: f, Keys: []APIKey{{Key: "k", Namespace: "a"}, {Key: "k", Namespace: "b"}}})
+	require.Error(t, err, "one key in two namespaces")
 }
 
 const apiKey = "e2b_test_key"

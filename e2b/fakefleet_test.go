@@ -129,6 +129,7 @@ func (f *fakeFleet) Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandb
 		return nodeapi.Sandbox{}, err
 	}
 	s.loc.Lifecycle = req.Lifecycle
+	s.loc.Object = req.Object
 	return s.loc, nil
 }
 
@@ -240,6 +241,9 @@ func (f *fakeFleet) Fork(ctx context.Context, l nodeapi.Sandbox, count int, ttl 
 		}
 		ns, _, _ := strings.Cut(p.loc.ClaimRef, "/")
 		c.loc.ClaimRef = ns + "/" + c.loc.ID
+		// As a node forks: the parent's object (labels) and privacy.
+		c.loc.Object = nodeapi.Object{Labels: p.loc.Labels, Annotations: p.loc.Annotations}
+		c.loc.Lifecycle = nodeapi.Lifecycle{PrivateTraffic: p.loc.PrivateTraffic}
 		out = append(out, c.loc)
 	}
 	return out, nil
@@ -316,10 +320,24 @@ func (f *fakeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, re
 			if err != nil {
 				return nodeapi.Sandbox{}, err
 			}
+			s.loc.Lifecycle = req.Lifecycle // and, as a node, no object
 			return s.loc, nil
 		}
 	}
 	return nodeapi.Sandbox{}, fleet.ErrNotFound
+}
+
+func (f *fakeFleet) SetLabels(ctx context.Context, l nodeapi.Sandbox, req nodeapi.LabelsRequest) (nodeapi.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookups++
+	s, err := f.get(l.ID)
+	if err != nil {
+		return nodeapi.Sandbox{}, err
+	}
+	s.loc.Labels, s.loc.Annotations = req.Labels, req.Annotations
+	s.loc.Version++
+	return s.loc, nil
 }
 
 var _ Fleet = (*fakeFleet)(nil)

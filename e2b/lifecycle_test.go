@@ -17,7 +17,7 @@ import (
 func TestCreate_LifecycleReachesTheClaimAndGetInfo(t *testing.T) {
 	g := startGateway(t)
 	s := g.create(map[string]any{"templateID": "rt", "autoPause": true, "autoResume": map[string]any{"enabled": true}})
-	require.Equal(t, nodeapi.Lifecycle{OnTimeout: nodeapi.OnTimeoutPause, AutoResume: true}, g.f.claims[0].Lifecycle)
+	require.Equal(t, nodeapi.Lifecycle{OnTimeout: nodeapi.OnTimeoutPause, AutoResume: true, PublicTraffic: true}, g.f.claims[0].Lifecycle)
 	var d detailJSON
 	g.call("GET", "/sandboxes/"+s.SandboxID, nil, &d)
 	require.Equal(t, lifecycle{OnTimeout: "pause", AutoResume: true}, d.Lifecycle)
@@ -30,7 +30,7 @@ func TestCreate_LifecycleReachesTheClaimAndGetInfo(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "autoResume needs autoPause")
 
 	g.create(map[string]any{"templateID": "rt", "autoPause": true, "autoPauseMemory": false})
-	require.Equal(t, nodeapi.Lifecycle{OnTimeout: nodeapi.OnTimeoutPause, PauseWithoutMemory: true}, g.f.claims[len(g.f.claims)-1].Lifecycle)
+	require.Equal(t, nodeapi.Lifecycle{OnTimeout: nodeapi.OnTimeoutPause, PauseWithoutMemory: true, PublicTraffic: true}, g.f.claims[len(g.f.claims)-1].Lifecycle)
 	resp, _ = g.call("POST", "/v2/sandboxes", map[string]any{"templateID": "rt", "autoPause": true, "autoPauseMemory": false, "autoResume": map[string]any{"enabled": true}}, nil)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "a pause without memory is not auto-resumed")
 }

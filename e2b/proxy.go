@@ -46,11 +46,12 @@ const routeTTL = 2 * time.Second
 
 type route struct {
 	id, addr, token string
-	// private: the sandbox's ports answer only its tokens (created with
-	// network.allowPublicTraffic false); else ports other than envd's and
-	// the code interpreter's are public, as on e2b.
-	private bool
-	exp     time.Time
+	// public: ports other than envd's and the code interpreter's answer
+	// anyone, as on e2b — only for a sandbox an e2b create made with
+	// network.allowPublicTraffic not false (nodeapi.Lifecycle.PublicTraffic);
+	// any other sandbox's ports answer only its tokens.
+	public bool
+	exp    time.Time
 }
 
 func (g *gateway) dropRoute(rawID string) {
@@ -96,7 +97,7 @@ func (g *gateway) route(ctx context.Context, given string) (route, error) {
 	if s.AgentAddr == "" {
 		return route{}, errors.New("the sandbox has no agent address")
 	}
-	rt = route{id: s.ID, addr: s.AgentAddr, token: s.Token, private: s.PrivateTraffic, exp: now.Add(routeTTL)}
+	rt = route{id: s.ID, addr: s.AgentAddr, token: s.Token, public: s.PublicTraffic && !s.PrivateTraffic, exp: now.Add(routeTTL)}
 	g.mu.Lock()
 	g.routes[given] = rt
 	if len(g.routes) > 100000 { // bound the cache; entries are cheap to rebuild
@@ -161,7 +162,7 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValu
 			return
 		}
 		u.cred = credNone
-	case anonymous && publicPort(port) && !rt.private && rt.token != "":
+	case anonymous && publicPort(port) && rt.public && rt.token != "":
 		// A public port (e2b's default, allowPublicTraffic): what the
 		// sandbox's own code listens on answers anyone holding its URL.
 	case rt.token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(rt.token)) != 1:
@@ -275,7 +276,7 @@ func publicPort(port int) bool {
 
 // publicPortValue reports whether an E2b-Sandbox-Port value names a port
 // that may be public (publicPort); whether it is, the sandbox's record
-// decides (route.private).
+// decides (route.public).
 func publicPortValue(v string) bool {
 	p, err := sandboxPort(v)
 	return err == nil && publicPort(p)

@@ -56,6 +56,13 @@ type Lifecycle struct {
 	// network.allowPublicTraffic false); the node only records it, and a
 	// fork child inherits it.
 	PrivateTraffic bool `json:"private_traffic,omitempty"`
+	// PublicTraffic asks a gateway to open the sandbox's ports other than
+	// the agent's to anyone (e2b's default, network.allowPublicTraffic):
+	// only an e2b create sets it, so a sandbox made any other way (the
+	// Kubernetes API, a SandboxClaim, the node API, a fork) answers only
+	// its tokens on every port. The node only records it; a fork child
+	// does not inherit it. PrivateTraffic wins.
+	PublicTraffic bool `json:"public_traffic,omitempty"`
 }
 
 // PauseRequest is the optional body of POST /v1/sandboxes/{id}/pause.

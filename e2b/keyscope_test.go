@@ -1,0 +1,162 @@
+package e2b
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/pool"
+	"github.com/hearthvm/hearth/sandbox"
+)
+
+const (
+	keyA = "e2b_key_of_team_a"
+	keyB = "e2b_key_of_team_b"
+)
+
+// scopedGateway serves two keys of two namespaces and the default key
+// apiKey (in "default").
+func scopedGateway(t *testing.T) (*gw, *fakeFleet) {
+	t.Helper()
+	f := newFakeFleet(t)
+	f.addWarm("rt", 10)
+	h, err := New(Config{Fleet: f, APIKeys: []string{apiKey}, Keys: []APIKey{{Key: keyA, Namespace: "team-a"}, {Key: keyB, Namespace: "team-b"}}, Domain: "gw.local"})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &gw{t: t, url: srv.URL, f: f}, f
+}
+
+// as calls the control plane with key.
+func (g *gw) as(key, method, path, body string) (int, string) {
+	g.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	status, b := g.raw(method, path, rd, map[string]string{"X-API-KEY": key, "Content-Type": "application/json"})
+	return status, string(b)
+}
+
+// TestKeys_AKeySeesOnlyItsNamespace: a key's creates land in its
+// namespace, and no other namespace's key sees, kills, pauses, connects
+// to, forks, snapshots or measures them, nor lists or uses its snapshots.
+func TestKeys_AKeySeesOnlyItsNamespace(t *testing.T) {
+	g, f := scopedGateway(t)
+	status, body := g.as(keyA, "POST", "/v2/sandboxes", `{"templateID":"rt"}`)
+	require.Equal(t, http.StatusCreated, status, body)
+	f.mu.Lock()
+	require.True(t, strings.HasPrefix(f.claims[0].Ref, "team-a/e2b-"), f.claims[0].Ref)
+	require.Equal(t, "true", f.claims[0].Object.Labels[sandbox.LabelE2B], "an e2b create is labelled for e2b")
+	f.mu.Unlock()
+	id := "sb0001"
+	status, body = g.as(keyA, "POST", "/sandboxes/"+id+"/snapshots", `{"name":"golden"}`)
+	require.Equal(t, http.StatusCreated, status, body)
+
+	for _, other := range []string{keyB, apiKey} {
+		for _, c := range []struct{ method, path, body string }{
+			{"GET", "/sandboxes/" + id, ""}, {"DELETE", "/sandboxes/" + id, ""}, {"POST", "/sandboxes/" + id + "/pause", "{}"},
+			{"POST", "/v2/sandboxes/" + id + "/connect", `{"timeout":60}`}, {"POST", "/sandboxes/" + id + "/fork", "{}"},
+			{"POST", "/sandboxes/" + id + "/snapshots", "{}"}, {"GET", "/sandboxes/" + id + "/metrics", ""},
+			{"POST", "/sandboxes/" + id + "/timeout", `{"timeout":60}`}, {"DELETE", "/templates/sn_1", ""},
+			{"POST", "/v2/sandboxes", `{"templateID":"sn_1"}`}, {"POST", "/v2/sandboxes", `{"templateID":"golden"}`},
+		} {
+			status, body := g.as(other, c.method, c.path, c.body)
+			require.Equal(t, http.StatusNotFound, status, "%s %s with another namespace's key: %s", c.method, c.path, body)
+		}
+		_, body := g.as(other, "GET", "/v2/sandboxes", "")
+		require.Equal(t, "[]\n", body)
+		_, body = g.as(other, "GET", "/snapshots", "")
+		require.Equal(t, "[]\n", body)
+	}
+	// Its own key, right after (no cached miss in the way), sees it all.
+	status, body = g.as(keyA, "GET", "/sandboxes/"+id, "")
+	require.Equal(t, http.StatusOK, status, body)
+	_, body = g.as(keyA, "GET", "/v2/sandboxes", "")
+	require.Contains(t, body, id)
+	_, body = g.as(keyA, "GET", "/snapshots", "")
+	require.Contains(t, body, "sn_1")
+	status, body = g.as(keyA, "POST", "/v2/sandboxes", `{"templateID":"golden"}`)
+	require.Equal(t, http.StatusCreated, status, "a clone of its own snapshot: %s", body)
+	_, body = g.as(keyA, "GET", "/v2/sandboxes", "")
+	require.Contains(t, body, "sb0002", "the clone is labelled for e2b, so listed")
+	f.mu.Lock()
+	require.Len(t, f.sandboxes, 2, "nothing was killed")
+	f.mu.Unlock()
+}
+
+// TestKeys_KubernetesSandboxesAreE2bsOnlyWhenLabelled: a sandbox created
+// through Kubernetes (no e2b label) is invisible to every key — not
+// listed, not found, not killed — until its owner labels it
+// sandbox.cocoonstack.io/e2b=true; even then its ports are not public.
+func TestKeys_KubernetesSandboxesAreE2bsOnlyWhenLabelled(t *testing.T) {
+	g, f := scopedGateway(t)
+	k, _ := pool.KeyForE2B("rt", false)
+	kube, err := f.Claim(context.Background(), fleet.Request{Key: k, Ref: "default/made-by-kubectl"})
+	require.NoError(t, err)
+	id := RenderID(kube.ID)
+	_, body := g.as(apiKey, "GET", "/v2/sandboxes", "")
+	require.Equal(t, "[]\n", body)
+	for _, c := range []struct{ method, path string }{{"GET", "/sandboxes/" + id}, {"DELETE", "/sandboxes/" + id}, {"POST", "/sandboxes/" + id + "/pause"}} {
+		status, _ := g.as(apiKey, c.method, c.path, "")
+		require.Equal(t, http.StatusNotFound, status, "%s %s", c.method, c.path)
+	}
+	f.mu.Lock()
+	require.Len(t, f.sandboxes, 1, "not killed")
+	f.sandboxes[kube.ID].loc.Labels = map[string]string{sandbox.LabelE2B: "true"}
+	f.mu.Unlock()
+	status, body := g.as(apiKey, "GET", "/sandboxes/"+id, "")
+	require.Equal(t, http.StatusOK, status, body)
+	_, body = g.as(apiKey, "GET", "/v2/sandboxes", "")
+	require.Contains(t, body, id)
+	status, _ = g.as(keyA, "GET", "/sandboxes/"+id, "")
+	require.Equal(t, http.StatusNotFound, status, "another namespace's key")
+
+	// Its ports answer its tokens only, labelled or not.
+	app := echoApp(t)
+	get := func(sid string, hdr map[string]string) int {
+		status, _ := send(t, g.url, "GET", "/page", app+"-"+sid+".gw.local", hdr)
+		return status
+	}
+	require.Equal(t, http.StatusUnauthorized, get(id, nil))
+	require.Equal(t, http.StatusOK, get(id, map[string]string{"X-Access-Token": kube.Token}))
+	require.Equal(t, http.StatusOK, get(id, map[string]string{TrafficTokenHeader: TrafficToken(kube.Token)}))
+}
+
+// TestKeys_OnlyAnE2bCreateHasPublicPorts: an e2b create's ports are public
+// (allowPublicTraffic's default), a clone of a snapshot too; a fork
+// child's are not (it was not created by an e2b create: its token or
+// traffic token, both returned by the fork, open them).
+func TestKeys_OnlyAnE2bCreateHasPublicPorts(t *testing.T) {
+	g, _ := scopedGateway(t)
+	app := echoApp(t)
+	get := func(sid string, hdr map[string]string) int {
+		status, _ := send(t, g.url, "GET", "/page", app+"-"+sid+".gw.local", hdr)
+		return status
+	}
+	s := g.create(map[string]any{"templateID": "rt"})
+	require.Equal(t, http.StatusOK, get(s.SandboxID, nil))
+	var forked []struct{ Sandbox sandboxJSON }
+	resp, _ := g.call("POST", "/sandboxes/"+s.SandboxID+"/fork", map[string]any{"count": 1}, &forked)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	child := forked[0].Sandbox
+	require.Equal(t, http.StatusUnauthorized, get(child.SandboxID, nil))
+	require.Equal(t, http.StatusOK, get(child.SandboxID, map[string]string{TrafficTokenHeader: *child.TrafficAccessToken}))
+	var d detailJSON
+	resp, _ = g.call("GET", "/sandboxes/"+child.SandboxID, nil, &d)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "a fork child keeps the e2b label: visible")
+
+	var snap snapshotJSON
+	resp, _ = g.call("POST", "/sandboxes/"+s.SandboxID+"/snapshots", map[string]any{}, &snap)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	clone := g.create(map[string]any{"templateID": snap.SnapshotID})
+	require.Equal(t, http.StatusOK, get(clone.SandboxID, nil))
+	private := g.create(map[string]any{"templateID": snap.SnapshotID, "network": map[string]any{"allowPublicTraffic": false}})
+	require.Equal(t, http.StatusUnauthorized, get(private.SandboxID, nil))
+}
