@@ -71,7 +71,6 @@ func (n *Node) pauseAtTimeout(ctx context.Context, id string) bool {
 		if _, err := n.update(sb, func(r *record) { r.Handle, r.Paused, r.Stopped = h, true, life.PauseWithoutMemory }); err != nil {
 			return err
 		}
-		n.changed()
 		return nil
 	})
 	switch {

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
 )
 
@@ -177,11 +176,7 @@ func (n *Node) sweepWarm(ctx context.Context, strikes map[string]int) map[string
 		return strikes
 	}
 
-	type victim struct {
-		h   vmm.Handle
-		key pool.Key
-	}
-	var victims []victim
+	var victims []warmVM
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -199,20 +194,7 @@ func (n *Node) sweepWarm(ctx context.Context, strikes map[string]int) map[string
 		for _, id := range evict {
 			gone[id] = true
 		}
-		for _, p := range n.tab.sortedPools() {
-			kept := p.warm[:0]
-			for _, h := range p.warm {
-				if gone[h.ID] {
-					victims = append(victims, victim{h: h, key: p.key})
-					continue
-				}
-				kept = append(kept, h)
-			}
-			for i := len(kept); i < len(p.warm); i++ {
-				p.warm[i] = vmm.Handle{}
-			}
-			p.warm = kept
-		}
+		victims = n.tab.evict(gone)
 	}
 	n.mu.Unlock()
 	n.reportInconclusive("warm", probes)
@@ -559,16 +541,7 @@ func (n *Node) restoreClaimed(ctx context.Context, p claimProbe) bool {
 		n.log.Info("Claimed sandbox changed during its restore; leaving it", "id", p.ID, "vm", p.Handle.ID)
 		return true
 	}
-	if old := sb.rec.Handle.Token; old != h.Token {
-		if th := hashToken(old); old != "" && n.tab.byToken[th] == p.ID {
-			delete(n.tab.byToken, th)
-		}
-		if h.Token != "" {
-			n.tab.byToken[hashToken(h.Token)] = p.ID
-		}
-	}
-	sb.rec.Handle = h
-	rec := sb.rec
+	rec := n.tab.update(sb, func(r *record) { r.Handle = h })
 	n.mu.Unlock()
 	if err := n.store.putSandboxes(rec); err != nil {
 		n.log.Error(err, "Cannot persist a restored sandbox", "id", p.ID)
@@ -581,6 +554,5 @@ func (n *Node) restoreClaimed(ctx context.Context, p claimProbe) bool {
 	n.metrics.restores.WithLabelValues("ok").Inc()
 	n.log.Info("Restored a claimed sandbox whose agent died", "id", p.ID, "vm", h.ID, "reason", why,
 		"pid", h.PID, "addr", h.Addr, "claimRef", rec.ClaimRef)
-	n.changed()
 	return true
 }

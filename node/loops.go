@@ -58,7 +58,7 @@ func (n *Node) reconcile(ctx context.Context) {
 			destroy = append(destroy, h)
 		}
 		if drained(viewOf(p, now)) {
-			delete(n.tab.pools, p.key)
+			n.tab.dropPool(p.key)
 			if p.golden != "" {
 				goldens = append(goldens, p.golden)
 			}
@@ -171,7 +171,7 @@ func (n *Node) bootDone(k pool.Key, h vmm.Handle, err error) {
 			p.failures = 0
 			p.retryAt = time.Time{}
 			if !n.closed && int32(len(p.warm)) < p.target {
-				p.warm = append(p.warm, h)
+				n.tab.addWarm(p, h)
 				keep = true
 			}
 		}

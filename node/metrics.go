@@ -19,6 +19,10 @@ type metrics struct {
 	warmEvictions   prometheus.Counter
 	probeErrors     prometheus.Counter
 	restores        *prometheus.CounterVec
+	// watchDrift counts the events the change stream's consistency check
+	// appended: changes some mutation failed to publish (zero unless a bug).
+	watchDrift        prometheus.Counter
+	watchCheckSeconds prometheus.Histogram
 	// requests counts every request the node's API answered, by route
 	// pattern ("" for one no route matched) and status code: what a
 	// caller's traffic costs the node (the attack suite counts node calls
@@ -60,6 +64,11 @@ func newMetrics(n *Node) *metrics {
 			Help: "Claimed sandboxes whose agent died that the health sweep restored (Driver.Restore), by result (ok, failed)."},
 			[]string{"result"}),
 	}
+	m.watchDrift = prometheus.NewCounter(prometheus.CounterOpts{Name: "hearth_node_watch_drift_total",
+		Help: "Change stream events the periodic consistency check appended: changes a mutation failed to publish (zero unless there is a bug)."})
+	m.watchCheckSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hearth_node_watch_check_duration_seconds",
+		Help:    "Time of one consistency check of the change stream (the whole claim table against the stream, once a minute).",
+		Buckets: prometheus.ExponentialBuckets(1e-4, 2, 14)})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hearth_node_http_requests_total",
 		Help: "Requests the node's API answered, by route pattern and status code."}, []string{"route", "code"})
 	for _, l := range []string{"ok", "failed"} {
@@ -69,6 +78,7 @@ func newMetrics(n *Node) *metrics {
 		m.claims.WithLabelValues(l)
 	}
 	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures, m.warmEvictions, m.probeErrors, m.restores, m.requests,
+		m.watchDrift, m.watchCheckSeconds,
 		tableCollector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -107,7 +107,7 @@ type Node struct {
 	loops  sync.WaitGroup // Run's loops
 
 	refillCh chan struct{}
-	hub      *hub // the change stream (watch.go)
+	hub      *hub // the change stream (watch.go), fed by tab
 	closeOne sync.Once
 	closeErr error
 
@@ -213,6 +213,8 @@ func New(cfg Config) (*Node, error) {
 		probeClient:  newProbeClient(),
 		probeTimeout: warmProbeTimeout,
 	}
+	// Every change of the table is published on the change stream.
+	n.tab.hub, n.tab.node, n.tab.addr = n.hub, cfg.Name, cfg.AdvertiseAddress
 	if cfg.RootToken != "" {
 		n.rootHash = hashToken(cfg.RootToken)
 	}
@@ -236,7 +238,7 @@ func (n *Node) recover(ctx context.Context) error {
 		return err
 	}
 	for _, t := range targets {
-		n.tab.pool(pool.Key{Template: t.Template, Net: t.Net, Size: t.Size}, true).target = t.Warm
+		n.tab.setTarget(pool.Key{Template: t.Template, Net: t.Net, Size: t.Size}, t.Warm)
 	}
 
 	cks, err := n.store.snapshots()
@@ -270,7 +272,6 @@ func (n *Node) recover(ctx context.Context) error {
 	}
 	var (
 		wg  sync.WaitGroup
-		mu  sync.Mutex
 		sem = make(chan struct{}, 8)
 	)
 	for _, r := range recs {
@@ -279,9 +280,9 @@ func (n *Node) recover(ctx context.Context) error {
 		go func(r record) {
 			defer func() { <-sem; wg.Done() }()
 			if r.Stopped { // paused without memory: it stays stopped until resumed
-				mu.Lock()
+				n.mu.Lock()
 				n.tab.insert(&sandbox{rec: r})
-				mu.Unlock()
+				n.mu.Unlock()
 				return
 			}
 			h, err := n.driver.Restore(ctx, r.Handle)
@@ -310,9 +311,9 @@ func (n *Node) recover(ctx context.Context) error {
 					}
 				}
 			}
-			mu.Lock()
+			n.mu.Lock()
 			n.tab.insert(&sandbox{rec: r})
-			mu.Unlock()
+			n.mu.Unlock()
 		}(r)
 	}
 	wg.Wait()
@@ -422,11 +423,7 @@ func (n *Node) close(ctx context.Context) error {
 	defer cancel()
 
 	n.mu.Lock()
-	var warm []vmm.Handle
-	for _, p := range n.tab.pools {
-		warm = append(warm, p.warm...)
-		p.warm = nil
-	}
+	warm := n.tab.drainWarm()
 	claimed := n.tab.all()
 	n.mu.Unlock()
 
@@ -458,8 +455,7 @@ func (n *Node) close(ctx context.Context) error {
 				return
 			}
 			n.mu.Lock()
-			sb.rec.Handle = h
-			rec := sb.rec
+			rec := n.tab.update(sb, func(r *record) { r.Handle = h })
 			n.mu.Unlock()
 			if err := n.store.putSandboxes(rec); err != nil {
 				n.log.Error(err, "Close: persisting a stopped sandbox", "id", rec.ID)
@@ -516,11 +512,7 @@ func (n *Node) kickRefill() {
 	case n.refillCh <- struct{}{}:
 	default:
 	}
-	n.hub.wake()
 }
-
-// changed notes a claim-table change for the change stream.
-func (n *Node) changed() { n.hub.wake() }
 
 func randHex(nbytes int) string {
 	b := make([]byte, nbytes)

@@ -57,16 +57,7 @@ func (n *Node) lookup(id string) *sandbox {
 // wire renders a record as the one sandbox record of the node API. The
 // token is included for the claim that delivered it and root lookups by id.
 func (n *Node) wire(r record, withToken bool) nodeapi.Sandbox {
-	s := nodeapi.Sandbox{
-		ID: r.ID, Node: n.cfg.Name, NodeAddr: n.cfg.AdvertiseAddress,
-		Template: r.Key.Template, Net: r.Key.Net, Size: r.Key.Size, ClaimRef: r.ClaimRef,
-		AgentAddr: r.Handle.Addr, Deadline: r.Deadline, ClaimedAt: r.ClaimedAt, Paused: r.Paused,
-		Metadata: r.Metadata, Version: r.Version, Object: r.Object, Lifecycle: r.Lifecycle,
-	}
-	if withToken {
-		s.Token = r.Handle.Token
-	}
-	return s
+	return wireRecord(&r, n.cfg.Name, n.cfg.AdvertiseAddress, withToken)
 }
 
 // newSandboxID returns an unused claim id; call with n.mu held.
@@ -138,7 +129,6 @@ func (n *Node) claimWarm(ctx context.Context, in claimInput) (nodeapi.Sandbox, e
 			return undo(fmt.Errorf("applying env to the sandbox agent: %w", err))
 		}
 	}
-	n.changed()
 	return n.wire(rec, true), nil
 }
 
@@ -206,7 +196,6 @@ func (n *Node) remove(ctx context.Context, id string, onlyExpired bool) error {
 		n.log.Error(err, "Destroying a released sandbox", "id", id, "vm", h.ID)
 	}
 	n.releaseSnapshots(id)
-	n.changed()
 	return nil
 }
 
@@ -225,12 +214,10 @@ func (n *Node) withSandbox(id string, f func(sb *sandbox) error) error {
 }
 
 // update applies mut to sb's record under the table lock, counts the
-// change (Version) and persists it.
+// change (Version), publishes it on the change stream and persists it.
 func (n *Node) update(sb *sandbox, mut func(r *record)) (record, error) {
 	n.mu.Lock()
-	mut(&sb.rec)
-	sb.rec.Version++
-	rec := sb.rec
+	rec := n.tab.update(sb, func(r *record) { mut(r); r.Version++ })
 	n.mu.Unlock()
 	return rec, n.store.putSandboxes(rec)
 }
@@ -271,7 +258,6 @@ func (n *Node) pause(ctx context.Context, id string, pause, keepMemory bool) err
 		if err != nil {
 			return err
 		}
-		n.changed()
 		if stopped && !pause && len(rec.Env) > 0 {
 			// A VM restored from its files has a new agent: give it the
 			// claim's env again.
@@ -288,7 +274,6 @@ func (n *Node) renew(id string, ttl int64) (time.Time, error) {
 	err := n.withSandbox(id, func(sb *sandbox) error {
 		dl = n.limits.Deadline(n.now(), ttl)
 		_, err := n.update(sb, func(r *record) { r.Deadline = dl })
-		n.changed()
 		return err
 	})
 	return dl, err
@@ -312,7 +297,6 @@ func (n *Node) setLabels(id string, req nodeapi.LabelsRequest) (nodeapi.Sandbox,
 			return err
 		}
 		out = n.wire(rec, false)
-		n.changed()
 		return nil
 	})
 	return out, err
@@ -493,7 +477,6 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 		}
 		return nil, fmt.Errorf("recording clones: %w", err)
 	}
-	n.changed()
 	return recs, nil
 }
 
@@ -646,13 +629,13 @@ func (n *Node) setPools(ts []poolTarget) (nodeapi.Info, error) {
 	for _, t := range ts {
 		want[pool.Key{Template: t.Template, Net: t.Net, Size: t.Size}] = t.Warm
 	}
-	for k, p := range n.tab.pools {
+	for k := range n.tab.pools {
 		if _, ok := want[k]; !ok {
-			p.target = 0
+			n.tab.setTarget(k, 0)
 		}
 	}
 	for k, w := range want {
-		n.tab.pool(k, true).target = w
+		n.tab.setTarget(k, w)
 	}
 	n.mu.Unlock()
 	if err := n.store.putPools(ts); err != nil {

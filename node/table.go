@@ -85,12 +85,25 @@ func hashToken(t string) tokenHash { return sha256.Sum256([]byte(t)) }
 // table is the node's in-memory state: warm pools, the claim table and its
 // indexes, and the snapshots. It does no I/O and no locking; the Node
 // guards it with one mutex. Every operation the claim path uses is O(1).
+//
+// It is the one place where records enter (insert), change (update) and
+// leave (remove) the claim table and where warm pools change (take,
+// addWarm, setTarget, evict, dropPool, drainWarm): each of them hands the
+// change stream (hub, watch.go) the new state of the one sandbox or pool
+// it touched, so no mutation goes unpublished and none rescans the table.
+// Nothing else writes a record in the table or a pool's warm VMs or
+// target.
 type table struct {
 	pools     map[pool.Key]*poolState
 	byID      map[string]*sandbox
 	byRef     map[string]map[string]*sandbox
 	byToken   map[tokenHash]string
 	snapshots map[string]*snapshot
+
+	// hub receives every change (nil: none is published); node and addr
+	// are the node's name and address, which its records carry.
+	hub        *hub
+	node, addr string
 }
 
 func newTable() *table {
@@ -103,6 +116,21 @@ func newTable() *table {
 	}
 }
 
+// wireRecord renders a record as the one sandbox record of the node API,
+// held by node (at addr); the token only withToken.
+func wireRecord(r *record, node, addr string, withToken bool) nodeapi.Sandbox {
+	s := nodeapi.Sandbox{
+		ID: r.ID, Node: node, NodeAddr: addr,
+		Template: r.Key.Template, Net: r.Key.Net, Size: r.Key.Size, ClaimRef: r.ClaimRef,
+		AgentAddr: r.Handle.Addr, Deadline: r.Deadline, ClaimedAt: r.ClaimedAt, Paused: r.Paused,
+		Metadata: r.Metadata, Version: r.Version, Object: r.Object, Lifecycle: r.Lifecycle,
+	}
+	if withToken {
+		s.Token = r.Handle.Token
+	}
+	return s
+}
+
 // pool returns the pool for k, creating it when create is set.
 func (t *table) pool(k pool.Key, create bool) *poolState {
 	p := t.pools[k]
@@ -111,6 +139,13 @@ func (t *table) pool(k pool.Key, create bool) *poolState {
 		t.pools[k] = p
 	}
 	return p
+}
+
+// row is the pool as the change stream and the inventory list it (Warm
+// and Target 0: not listed).
+func (p *poolState) row() nodeapi.PoolInfo {
+	return nodeapi.PoolInfo{Template: p.key.Template, Net: p.key.Net, Size: p.key.Size,
+		Warm: int32(len(p.warm)), Target: p.target}
 }
 
 // take pops a warm VM of pool k.
@@ -122,12 +157,82 @@ func (t *table) take(k pool.Key) (vmm.Handle, bool) {
 	h := p.warm[len(p.warm)-1]
 	p.warm[len(p.warm)-1] = vmm.Handle{}
 	p.warm = p.warm[:len(p.warm)-1]
+	t.hub.setPool(p.row())
 	return h, true
+}
+
+// addWarm adds a warm VM to pool p.
+func (t *table) addWarm(p *poolState, h vmm.Handle) {
+	p.warm = append(p.warm, h)
+	t.hub.setPool(p.row())
+}
+
+// setTarget sets pool k's warm target, creating the pool.
+func (t *table) setTarget(k pool.Key, warm int32) {
+	p := t.pool(k, true)
+	p.target = warm
+	t.hub.setPool(p.row())
+}
+
+// warmVM is a warm VM taken out of its pool.
+type warmVM struct {
+	h   vmm.Handle
+	key pool.Key
+}
+
+// evict takes the warm VMs whose ids are in ids out of their pools.
+func (t *table) evict(ids map[string]bool) []warmVM {
+	var out []warmVM
+	for _, p := range t.sortedPools() {
+		kept := p.warm[:0]
+		for _, h := range p.warm {
+			if ids[h.ID] {
+				out = append(out, warmVM{h: h, key: p.key})
+				continue
+			}
+			kept = append(kept, h)
+		}
+		if len(kept) == len(p.warm) {
+			continue
+		}
+		for i := len(kept); i < len(p.warm); i++ {
+			p.warm[i] = vmm.Handle{}
+		}
+		p.warm = kept
+		t.hub.setPool(p.row())
+	}
+	return out
+}
+
+// dropPool forgets pool k (a drained pool: no target, no warm VM).
+func (t *table) dropPool(k pool.Key) {
+	delete(t.pools, k)
+	t.hub.setPool(nodeapi.PoolInfo{Template: k.Template, Net: k.Net, Size: k.Size})
+}
+
+// drainWarm takes every warm VM out of every pool.
+func (t *table) drainWarm() []vmm.Handle {
+	var out []vmm.Handle
+	for _, p := range t.sortedPools() {
+		if len(p.warm) == 0 {
+			continue
+		}
+		out = append(out, p.warm...)
+		p.warm = nil
+		t.hub.setPool(p.row())
+	}
+	return out
 }
 
 // insert adds sb to the claim table and its indexes.
 func (t *table) insert(sb *sandbox) {
 	t.byID[sb.rec.ID] = sb
+	t.index(sb)
+	t.hub.put(streamed(&sb.rec, t.node, t.addr))
+}
+
+// index adds sb under its claim ref and token.
+func (t *table) index(sb *sandbox) {
 	if ref := sb.rec.ClaimRef; ref != "" {
 		m := t.byRef[ref]
 		if m == nil {
@@ -141,6 +246,41 @@ func (t *table) insert(sb *sandbox) {
 	}
 }
 
+// unindex removes sb (recorded as r) from the claim ref and token indexes.
+func (t *table) unindex(r *record) {
+	if ref := r.ClaimRef; ref != "" {
+		if m := t.byRef[ref]; m != nil {
+			delete(m, r.ID)
+			if len(m) == 0 {
+				delete(t.byRef, ref)
+			}
+		}
+	}
+	if tok := r.Handle.Token; tok != "" {
+		h := hashToken(tok)
+		if t.byToken[h] == r.ID {
+			delete(t.byToken, h)
+		}
+	}
+}
+
+// update applies mut to sb's record, keeps the indexes in step and
+// publishes the change; it returns the new record. A sandbox no longer
+// in the table (released meanwhile) only has its record changed.
+func (t *table) update(sb *sandbox, mut func(r *record)) record {
+	old := sb.rec
+	mut(&sb.rec)
+	if t.byID[sb.rec.ID] != sb {
+		return sb.rec
+	}
+	if old.ClaimRef != sb.rec.ClaimRef || old.Handle.Token != sb.rec.Handle.Token {
+		t.unindex(&old)
+		t.index(sb)
+	}
+	t.hub.put(streamed(&sb.rec, t.node, t.addr))
+	return sb.rec
+}
+
 // remove deletes id from the claim table and returns it (nil if absent).
 func (t *table) remove(id string) *sandbox {
 	sb := t.byID[id]
@@ -148,20 +288,8 @@ func (t *table) remove(id string) *sandbox {
 		return nil
 	}
 	delete(t.byID, id)
-	if ref := sb.rec.ClaimRef; ref != "" {
-		if m := t.byRef[ref]; m != nil {
-			delete(m, id)
-			if len(m) == 0 {
-				delete(t.byRef, ref)
-			}
-		}
-	}
-	if tok := sb.rec.Handle.Token; tok != "" {
-		h := hashToken(tok)
-		if t.byToken[h] == id {
-			delete(t.byToken, h)
-		}
-	}
+	t.unindex(&sb.rec)
+	t.hub.del(id)
 	return sb
 }
 

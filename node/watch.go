@@ -16,170 +16,197 @@ import (
 
 // The change stream (GET /v1/watch, docs/API.md#node-api).
 //
-// The hub turns the claim table and pools into a sequence of events with a
-// node-local revision. It does not hook every mutation: it is woken by the
-// same notifications as the publisher (changed, kickRefill) and on a short
-// tick, reads the node's state, and diffs it against the state of its last
-// revision. A diff costs the node's entries (a few thousand at most) and
-// bursts of changes coalesce into one diff that still yields one event
-// per changed sandbox or pool. The events are kept in a bounded ring so a
-// subscriber can resume; an older position gets a SNAPSHOT.
+// The hub is the node's change log: the state the stream publishes (every
+// claimed sandbox as a NodeInventory entry carries it, every pool's row)
+// at a node-local revision, and a bounded ring of the events that led
+// there, so a subscriber can resume; an older position gets a SNAPSHOT.
+//
+// It is event-driven. The table (table.go) is the one place where records
+// enter, change and leave the claim table and where pools change, and each
+// of its mutations hands the hub the new state of the one sandbox or pool
+// it touched, under the node's lock, so events follow the order of the
+// changes. The hub appends an event when what it publishes of that
+// sandbox or pool differs (one record compared, one map write), so a
+// change costs O(1) whatever the node holds. Nothing on the claim path
+// reads the whole table. Once a minute (watchCheckInterval), off the claim
+// path, a consistency check diffs the whole table against the hub,
+// repairs what differs (appending the events that were missed) and counts
+// it (hearth_node_watch_drift_total): zero unless a mutation bypassed the
+// table.
 
 const (
 	// watchRing is how many events a subscriber may fall behind and resume.
 	watchRing = 4096
-	// watchTick bounds how stale a change the hub was not told about gets
-	// (warm counts moved by boots and evictions).
-	watchTick = time.Second
+	// watchCheckInterval is the period of the stream's consistency check.
+	watchCheckInterval = time.Minute
 	// watchKeepalive is the idle period after which a stream carries a
 	// KEEPALIVE line.
 	watchKeepalive = 5 * time.Second
 )
 
-// hub is the node's change log.
+// hub is the node's change log. Writers (the table, the consistency
+// check) call it with the node's lock held; readers (the streams) take
+// only h.mu. A nil hub ignores every change.
 type hub struct {
-	poke chan struct{}
-
-	syncMu sync.Mutex        // one read-and-diff at a time
-	buf    []nodeapi.Sandbox // the read, reused (guarded by syncMu)
-
-	mu     sync.Mutex
-	epoch  string
-	rev    uint64
-	ring   []nodeapi.WatchEvent // the last ≤ watchRing events, event r at ring[r%watchRing]
-	sbs    map[string]*hubEntry // id → the state at rev
-	gen    uint64               // apply calls, to find the gone
-	pools  map[pool.Key]nodeapi.PoolInfo
-	notify chan struct{} // closed and replaced when rev advances
-}
-
-type hubEntry struct {
-	s   nodeapi.Sandbox
-	gen uint64 // the last apply that saw it
+	mu    sync.Mutex
+	epoch string
+	rev   uint64
+	ring  []nodeapi.WatchEvent // the last ≤ watchRing events, event r at ring[r%watchRing]
+	// sbs is each sandbox as published at rev. Its values are never
+	// mutated (a change replaces them), so events share them.
+	sbs   map[string]*nodeapi.Sandbox
+	pools map[pool.Key]nodeapi.PoolInfo
+	// notify is closed at the next event; nil while nobody waits.
+	notify chan struct{}
 }
 
 func newHub() *hub {
 	return &hub{
-		poke:   make(chan struct{}, 1),
-		epoch:  randHex(8),
-		sbs:    map[string]*hubEntry{},
-		pools:  map[pool.Key]nodeapi.PoolInfo{},
-		notify: make(chan struct{}),
+		epoch: randHex(8),
+		sbs:   map[string]*nodeapi.Sandbox{},
+		pools: map[pool.Key]nodeapi.PoolInfo{},
 	}
 }
 
-// wake asks the hub to diff soon; it never blocks.
-func (h *hub) wake() {
+// streamed is a record as the stream publishes it: what NodeInventory
+// carries, so no token, metadata, spec or managed fields.
+func streamed(r *record, node, addr string) *nodeapi.Sandbox {
+	s := wireRecord(r, node, addr, false)
+	s.Metadata, s.Spec, s.ManagedFields = nil, nil, nil
+	return &s
+}
+
+// put records that sandbox s.ID appeared or changed to s (which the hub
+// keeps: the caller must not change it) and appends a PUT when what is
+// published of it differs. It reports whether it appended one.
+func (h *hub) put(s *nodeapi.Sandbox) bool {
 	if h == nil {
-		return
+		return false
 	}
-	select {
-	case h.poke <- struct{}{}:
-	default:
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.putLocked(s) {
+		return false
 	}
+	h.wakeLocked()
+	return true
 }
 
-// watchLoop diffs the node's state on every wake and tick until ctx ends.
-func (n *Node) watchLoop(ctx context.Context) {
-	tick := time.NewTicker(watchTick)
-	defer tick.Stop()
-	for {
-		n.syncHub()
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.hub.poke:
-		case <-tick.C:
+func (h *hub) putLocked(s *nodeapi.Sandbox) bool {
+	if old := h.sbs[s.ID]; old != nil && samePublished(old, s) {
+		return false
+	}
+	h.sbs[s.ID] = s
+	h.append(nodeapi.WatchEvent{Type: nodeapi.WatchPut, Sandbox: s})
+	return true
+}
+
+// del records that sandbox id left and appends a DELETE when the hub
+// published it. It reports whether it appended one.
+func (h *hub) del(id string) bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.delLocked(id) {
+		return false
+	}
+	h.wakeLocked()
+	return true
+}
+
+func (h *hub) delLocked(id string) bool {
+	s := h.sbs[id]
+	if s == nil {
+		return false
+	}
+	delete(h.sbs, id)
+	h.append(nodeapi.WatchEvent{Type: nodeapi.WatchDelete, Sandbox: s})
+	return true
+}
+
+// setPool records a pool's row (Warm and Target 0: the pool is not
+// listed; Refilling is not published) and appends a POOL when it differs from the published one. It
+// reports whether it appended one.
+func (h *hub) setPool(p nodeapi.PoolInfo) bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.setPoolLocked(p) {
+		return false
+	}
+	h.wakeLocked()
+	return true
+}
+
+func (h *hub) setPoolLocked(p nodeapi.PoolInfo) bool {
+	p.Refilling = 0 // not published (boots would churn the stream)
+	k := pool.Key{Template: p.Template, Net: p.Net, Size: p.Size}
+	old, ok := h.pools[k]
+	if p.Warm == 0 && p.Target == 0 {
+		if !ok {
+			return false
 		}
+		delete(h.pools, k)
+		h.append(nodeapi.WatchEvent{Type: nodeapi.WatchPool, Pool: &p})
+		return true
 	}
+	if ok && old == p {
+		return false
+	}
+	h.pools[k] = p
+	h.append(nodeapi.WatchEvent{Type: nodeapi.WatchPool, Pool: &p})
+	return true
 }
 
-// syncHub reads the node's state and appends its differences to the hub.
-func (n *Node) syncHub() {
-	n.hub.syncMu.Lock()
-	defer n.hub.syncMu.Unlock()
-	n.mu.Lock()
-	sbs := n.hub.buf[:0]
-	for _, sb := range n.tab.byID {
-		s := n.wire(sb.rec, false)
-		// The stream carries what NodeInventory carries: no metadata,
-		// spec or managed fields.
-		s.Metadata, s.Spec, s.ManagedFields = nil, nil, nil
-		sbs = append(sbs, s)
-	}
-	pools := make([]nodeapi.PoolInfo, 0, len(n.tab.pools))
-	for _, p := range n.tab.pools {
-		if p.target == 0 && len(p.warm) == 0 {
-			continue
-		}
-		pools = append(pools, nodeapi.PoolInfo{Template: p.key.Template, Net: p.key.Net, Size: p.key.Size,
-			Warm: int32(len(p.warm)), Target: p.target})
-	}
-	n.mu.Unlock()
-	n.hub.apply(n.cfg.Name, sbs, pools)
-	clear(sbs)
-	n.hub.buf = sbs[:0]
-}
-
-// apply diffs a read of the node's state against the hub's and records
-// one event per difference. It is the pure core of the stream; an
-// unchanged sandbox costs one map lookup and a few comparisons.
-func (h *hub) apply(node string, sbs []nodeapi.Sandbox, pools []nodeapi.PoolInfo) {
+// apply is the consistency check: it diffs a whole read of the node's
+// state (sbs as streamed publishes them; pools as setPool takes them,
+// listed or not) against the hub's, records it and appends one event per
+// difference: the events a mutation failed to hand over. It returns how
+// many it appended (zero when every mutation went through the table).
+func (h *hub) apply(sbs []*nodeapi.Sandbox, pools []nodeapi.PoolInfo) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	before := h.rev
-	h.gen++
-	for i := range sbs {
-		s := &sbs[i]
-		e := h.sbs[s.ID]
-		if e != nil {
-			e.gen = h.gen
-			if samePublished(&e.s, s) {
-				continue
-			}
-			e.s = *s
-		} else {
-			h.sbs[s.ID] = &hubEntry{s: *s, gen: h.gen}
-		}
-		c := *s
-		h.append(nodeapi.WatchEvent{Type: nodeapi.WatchPut, Sandbox: &c})
+	seen := make(map[string]struct{}, len(sbs))
+	for _, s := range sbs {
+		seen[s.ID] = struct{}{}
+		h.putLocked(s)
 	}
-	if len(sbs) != len(h.sbs) {
+	if len(seen) != len(h.sbs) {
 		var gone []string
-		for id, e := range h.sbs {
-			if e.gen != h.gen {
+		for id := range h.sbs {
+			if _, ok := seen[id]; !ok {
 				gone = append(gone, id)
 			}
 		}
 		sort.Strings(gone)
 		for _, id := range gone {
-			s := h.sbs[id].s
-			delete(h.sbs, id)
-			h.append(nodeapi.WatchEvent{Type: nodeapi.WatchDelete, Sandbox: &s})
+			h.delLocked(id)
 		}
 	}
 	pseen := make(map[pool.Key]struct{}, len(pools))
-	for i := range pools {
-		p := pools[i]
-		k := pool.Key{Template: p.Template, Net: p.Net, Size: p.Size}
-		pseen[k] = struct{}{}
-		if old, ok := h.pools[k]; ok && old == p {
-			continue
-		}
-		h.pools[k] = p
-		h.append(nodeapi.WatchEvent{Type: nodeapi.WatchPool, Pool: &p})
+	for _, p := range pools {
+		pseen[pool.Key{Template: p.Template, Net: p.Net, Size: p.Size}] = struct{}{}
+		h.setPoolLocked(p)
 	}
-	for k, p := range h.pools {
+	var pgone []pool.Key
+	for k := range h.pools {
 		if _, ok := pseen[k]; !ok {
-			delete(h.pools, k)
-			p.Warm, p.Target, p.Refilling = 0, 0, 0
-			h.append(nodeapi.WatchEvent{Type: nodeapi.WatchPool, Pool: &p})
+			pgone = append(pgone, k)
 		}
+	}
+	sort.Slice(pgone, func(i, j int) bool { return keyLess(pgone[i], pgone[j]) })
+	for _, k := range pgone {
+		h.setPoolLocked(nodeapi.PoolInfo{Template: k.Template, Net: k.Net, Size: k.Size})
 	}
 	if h.rev != before {
-		close(h.notify)
-		h.notify = make(chan struct{})
+		h.wakeLocked()
 	}
+	return int(h.rev - before)
 }
 
 // samePublished reports whether a and b publish the same entry
@@ -205,6 +232,15 @@ func (h *hub) append(ev nodeapi.WatchEvent) {
 	h.ring[h.rev%watchRing] = ev
 }
 
+// wakeLocked wakes the streams waiting for the next event; call with h.mu
+// held after appending.
+func (h *hub) wakeLocked() {
+	if h.notify != nil {
+		close(h.notify)
+		h.notify = nil
+	}
+}
+
 // oldest is the revision of the oldest event in the ring.
 func (h *hub) oldest() uint64 {
 	if h.rev < watchRing {
@@ -217,8 +253,8 @@ func (h *hub) oldest() uint64 {
 func (h *hub) snapshot(node, addr string) nodeapi.WatchEvent {
 	st := &nodeapi.WatchState{Node: node, NodeAddr: addr,
 		Sandboxes: make([]nodeapi.Sandbox, 0, len(h.sbs)), Pools: make([]nodeapi.PoolInfo, 0, len(h.pools))}
-	for _, e := range h.sbs {
-		st.Sandboxes = append(st.Sandboxes, e.s)
+	for _, s := range h.sbs {
+		st.Sandboxes = append(st.Sandboxes, *s)
 	}
 	sort.Slice(st.Sandboxes, func(i, j int) bool { return st.Sandboxes[i].ID < st.Sandboxes[j].ID })
 	for _, p := range h.pools {
@@ -235,6 +271,9 @@ func (h *hub) snapshot(node, addr string) nodeapi.WatchEvent {
 // the ring (another epoch, evicted, or ahead of the node), and the channel
 // closed at the next change; call with h.mu held.
 func (h *hub) since(pos nodeapi.WatchPosition, node, addr string) ([]nodeapi.WatchEvent, uint64, <-chan struct{}) {
+	if h.notify == nil {
+		h.notify = make(chan struct{})
+	}
 	if pos.Epoch != h.epoch || pos.Rev > h.rev || pos.Rev+1 < h.oldest() {
 		return []nodeapi.WatchEvent{h.snapshot(node, addr)}, h.rev, h.notify
 	}
@@ -246,6 +285,47 @@ func (h *hub) since(pos nodeapi.WatchPosition, node, addr string) ([]nodeapi.Wat
 		out = append(out, h.ring[r%watchRing])
 	}
 	return out, h.rev, h.notify
+}
+
+// watchLoop runs the stream's consistency check every watchCheckInterval
+// until ctx ends.
+func (n *Node) watchLoop(ctx context.Context) {
+	tick := time.NewTicker(watchCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			n.checkHub()
+		}
+	}
+}
+
+// checkHub is the stream's consistency check: it diffs the whole claim
+// table and pools against the hub (under the node's lock, so no change
+// falls between the read and the diff), appends the events some mutation
+// failed to hand over, counts them (hearth_node_watch_drift_total) and
+// returns their number. O(sandboxes held); never on the claim path.
+func (n *Node) checkHub() int {
+	start := time.Now()
+	n.mu.Lock()
+	sbs := make([]*nodeapi.Sandbox, 0, len(n.tab.byID))
+	for _, sb := range n.tab.byID {
+		sbs = append(sbs, streamed(&sb.rec, n.cfg.Name, n.cfg.AdvertiseAddress))
+	}
+	pools := make([]nodeapi.PoolInfo, 0, len(n.tab.pools))
+	for _, p := range n.tab.pools {
+		pools = append(pools, p.row())
+	}
+	drift := n.hub.apply(sbs, pools)
+	n.mu.Unlock()
+	n.metrics.watchCheckSeconds.Observe(time.Since(start).Seconds())
+	if drift > 0 {
+		n.metrics.watchDrift.Add(float64(drift))
+		n.log.Error(nil, "The change stream missed changes; the consistency check repaired them", "events", drift)
+	}
+	return drift
 }
 
 // handleWatch serves GET /v1/watch?epoch=&since=: newline-delimited JSON
@@ -277,7 +357,6 @@ func (n *Node) handleWatch(w http.ResponseWriter, r *http.Request) {
 		_ = rc.SetWriteDeadline(time.Now().Add(4 * watchKeepalive))
 		return rc.Flush() == nil
 	}
-	n.syncHub() // the stream starts from the node's current state
 	idle := time.NewTimer(watchKeepalive)
 	defer idle.Stop()
 	for {
