@@ -18,6 +18,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -102,16 +103,24 @@ func (t Timeouts) orDefault() Timeouts {
 // http.ResponseController. A streaming request gets neither. A handler
 // that streams only once it has authenticated its caller calls Unbound
 // instead. Whatever the handler did, when it returns the connection gets
-// t.Read and t.Write again, so the server's own tail (discarding an unread
-// body, flushing) is bounded too. Zero fields of t take DefaultTimeouts'. A
-// ResponseWriter without deadline support (a test recorder) is served as is.
+// t.Write again, and t.Read when its body was read to the end — else the
+// read deadline is now: the answer leaves at once rather than after the
+// server waited for the rest of the body (which would answer a stalled
+// body at twice the read timeout), and the connection closes after it.
+// Zero fields of t take DefaultTimeouts'. A ResponseWriter without
+// deadline support (a test recorder) is served as is.
 func Deadlines(h http.Handler, t Timeouts, streaming func(*http.Request) bool) http.Handler {
 	t = t.orDefault()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
+		var body *deadlineBody
 		defer func() {
 			now := time.Now()
-			_ = rc.SetReadDeadline(now.Add(t.Read))
+			read := now.Add(t.Read)
+			if body != nil && !body.eof.Load() {
+				read = now
+			}
+			_ = rc.SetReadDeadline(read)
 			_ = rc.SetWriteDeadline(now.Add(t.Write))
 		}()
 		if streaming != nil && streaming(r) {
@@ -124,7 +133,8 @@ func Deadlines(h http.Handler, t Timeouts, streaming func(*http.Request) bool) h
 		_ = rc.SetWriteDeadline(now.Add(t.Write))
 		if r.Body != nil && r.Body != http.NoBody {
 			if rc.SetReadDeadline(now.Add(t.Read)) == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+				body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+				r.Body = body
 			}
 		}
 		h.ServeHTTP(w, r)
@@ -145,14 +155,13 @@ func Unbound(w http.ResponseWriter) {
 // been read to its end.
 type deadlineBody struct {
 	io.ReadCloser
-	rc      *http.ResponseController
-	cleared bool
+	rc  *http.ResponseController
+	eof atomic.Bool
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.cleared {
-		b.cleared = true
+	if err == io.EOF && b.eof.CompareAndSwap(false, true) {
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
 	return n, err
