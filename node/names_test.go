@@ -242,3 +242,32 @@ func TestClaim_ClaimTimeKeepsMilliseconds(t *testing.T) {
 		}
 	}
 }
+
+// TestFork_ChildOfAPublicSandboxIsPublic: an e2b create's public ports
+// (Lifecycle.PublicTraffic) carry over to its fork children, as e2b's
+// forks keep their parent's network settings; a Kubernetes-created
+// parent's children stay private (TestFork_ChildOfAPrivateSandboxIsPrivate).
+func TestFork_ChildOfAPublicSandboxIsPublic(t *testing.T) {
+	tn := startNode(t, newFakeDriver(), nil)
+	if _, err := tn.root.PutPools(bg, pools("img", 2)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 2)
+	for _, public := range []bool{true, false} {
+		p, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: fmt.Sprintf("ns/public-%v", public), Lifecycle: nodeapi.Lifecycle{PublicTraffic: public}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kids, err := tn.root.Fork(bg, p.ID, nodeapi.ForkRequest{Count: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tn.root.Get(bg, kids[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.PublicTraffic != public {
+			t.Fatalf("parent public %v: fork child public %v", public, got.PublicTraffic)
+		}
+	}
+}

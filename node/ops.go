@@ -359,8 +359,9 @@ func (n *Node) fork(ctx context.Context, id string, count int, ttl int64) ([]nod
 	if err != nil {
 		return nil, err
 	}
-	// A private sandbox's children are private too.
-	life := nodeapi.Lifecycle{PrivateTraffic: parent.Lifecycle.PrivateTraffic}
+	// A fork child's ports are as open as its parent's: a private
+	// sandbox's children are private, an e2b create's public ones public.
+	life := nodeapi.Lifecycle{PrivateTraffic: parent.Lifecycle.PrivateTraffic, PublicTraffic: parent.Lifecycle.PublicTraffic}
 	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), child, life)
 	if err != nil {
 		return nil, err

@@ -59,9 +59,10 @@ type Lifecycle struct {
 	// PublicTraffic asks a gateway to open the sandbox's ports other than
 	// the agent's to anyone (e2b's default, network.allowPublicTraffic):
 	// only an e2b create sets it, so a sandbox made any other way (the
-	// Kubernetes API, a SandboxClaim, the node API, a fork) answers only
-	// its tokens on every port. The node only records it; a fork child
-	// does not inherit it. PrivateTraffic wins.
+	// Kubernetes API, a SandboxClaim, the node API) answers only its
+	// tokens on every port. The node only records it; a fork child
+	// inherits it (the parent's holder asked for the fork). PrivateTraffic
+	// wins.
 	PublicTraffic bool `json:"public_traffic,omitempty"`
 }
 
