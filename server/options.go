@@ -16,7 +16,6 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	genericfeatures "k8s.io/apiserver/pkg/features"
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/rest"
@@ -27,7 +26,6 @@ import (
 	"github.com/hearthvm/hearth/e2b"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/fleetview"
-	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/pool/driver"
@@ -219,14 +217,6 @@ func (o *Options) Config() (*Config, error) {
 	if err := o.SecureServing.ApplyTo(&rc.SecureServing, &rc.LoopbackClientConfig); err != nil {
 		return nil, err
 	}
-	// The API server's connections draw from the process's budget, with
-	// the e2b gateway's (and sandbox-dev's nodes'): Track, outermost, tells
-	// it which connections have sent a full request.
-	if rc.SecureServing != nil {
-		rc.SecureServing.Listener = serve.Listen(rc.SecureServing.Listener, serve.Options{})
-	}
-	build := rc.BuildHandlerChainFunc
-	rc.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler { return serve.Track(build(h, c)) }
 	// The API server's connections draw from the process's budget, with
 	// the e2b gateway's (and sandbox-dev's nodes'): Track, outermost, tells
 	// it which connections have sent a full request.
