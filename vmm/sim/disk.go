@@ -203,28 +203,49 @@ func diskMounted(dir string) bool {
 	return a.Dev != b.Dev
 }
 
-// syncDisk flushes the mounted disk of dir (a no-op when it is not
-// mounted: an unmounted image is consistent), so a copy of the image file
-// holds everything the guest wrote. The guest must be frozen.
-func syncDisk(dir string) error {
-	if !diskMounted(dir) {
-		return nil
+// openDiskFS opens a directory on the file system of dir's disk: its
+// mount at upperfs/, or, when the host has no such mount (sandboxd
+// restarted in a new mount namespace, a container's, while the VM ran on),
+// the root of the VM's init (pid, its owner checked by the caller), the
+// overlay whose statfs and syncfs are its upper file system's. Nil
+// without either.
+func openDiskFS(dir string, pid int) (*os.File, error) {
+	if diskMounted(dir) {
+		return os.Open(filepath.Join(dir, diskMount))
 	}
-	f, err := os.Open(filepath.Join(dir, diskMount))
-	if err != nil {
+	if pid > 0 {
+		// The init's root is the overlay it pivoted into; the guest
+		// cannot change it, and nothing below it is resolved.
+		return os.Open(fmt.Sprintf("/proc/%d/root", pid))
+	}
+	return nil, nil
+}
+
+// syncDisk flushes dir's disk (see openDiskFS; an unmounted, stopped
+// disk is consistent already), so a copy of the image file holds
+// everything the guest wrote. The guest must be frozen.
+func syncDisk(dir string, pid int) error {
+	f, err := openDiskFS(dir, pid)
+	if err != nil || f == nil {
 		return err
 	}
 	defer f.Close()
 	return unix.Syncfs(int(f.Fd()))
 }
 
-// diskUsage is statfs of dir's mounted disk: its size and the bytes in use.
-func diskUsage(dir string) (total, used int64, err error) {
-	if !diskMounted(dir) {
+// diskUsage is statfs of dir's disk (see openDiskFS): its size and the
+// bytes in use.
+func diskUsage(dir string, pid int) (total, used int64, err error) {
+	f, err := openDiskFS(dir, pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	if f == nil {
 		return 0, 0, fmt.Errorf("sim: %s: disk not mounted", filepath.Base(dir))
 	}
+	defer f.Close()
 	var st unix.Statfs_t
-	if err := unix.Statfs(filepath.Join(dir, diskMount), &st); err != nil {
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
 		return 0, 0, err
 	}
 	bs := int64(st.Bsize)

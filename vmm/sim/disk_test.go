@@ -286,3 +286,34 @@ func TestDisk_EarlierFormatsAreRefused(t *testing.T) {
 		t.Fatalf("restore of an earlier sim's VM: %v", err)
 	}
 }
+
+// A node restarted in a new mount namespace (a container's) no longer sees
+// the host mount of a running VM's disk: Stats still reads the disk, and a
+// snapshot still flushes what the guest wrote before copying the image.
+func TestDisk_SnapshotFlushesWithoutTheHostMount(t *testing.T) {
+	ctx := context.Background()
+	d := newDriver(t, t.TempDir())
+	h := boot(t, d, vmm.Spec{ID: "vm", Net: "none"})
+	if r := run(t, h, "echo written > /home/user/f && echo ok"); r.stdout != "ok\n" {
+		t.Fatalf("write: %v", r)
+	}
+	if err := syscall.Unmount(filepath.Join(h.Dir, "upperfs"), syscall.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.Stats(ctx, h)
+	if err != nil || st.DiskTotalBytes <= 0 {
+		t.Fatalf("stats without the host mount: %+v %v", st, err)
+	}
+	ck := filepath.Join(t.TempDir(), "ck")
+	if err := d.Snapshot(ctx, h, ck); err != nil {
+		t.Fatal(err)
+	}
+	c, err := d.Clone(ctx, ck, vmm.Spec{ID: "clone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Destroy(ctx, c) })
+	if r := run(t, c, "cat /home/user/f"); r.stdout != "written\n" {
+		t.Fatalf("the clone's file: %v", r)
+	}
+}

@@ -208,7 +208,10 @@
 // upperfs/, and the kernel detaches the loop device once the mount is
 // gone: no loop device outlives its mount. Destroy removes the directory
 // only when nothing is mounted under it. Stats reads the disk's usage with
-// statfs, never by walking files.
+// statfs, never by walking files. A node restarted in a new mount
+// namespace (a container's) while its VMs ran on has no upperfs/ mount of
+// theirs: Stats and Snapshot's flush then go through the init's root
+// (/proc/<pid>/root, the overlay, whose statfs and syncfs are its disk's).
 //
 // # Checkpoints
 //

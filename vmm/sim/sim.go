@@ -802,7 +802,11 @@ func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, ckDir string) error
 		}
 		defer cg.freeze(false)
 	}
-	if err := syncDisk(dir); err != nil {
+	pid := 0
+	if owned {
+		pid = r.PID
+	}
+	if err := syncDisk(dir, pid); err != nil {
 		return fmt.Errorf("sim: snapshot of %s: flushing its disk: %w", h.ID, err)
 	}
 	img := filepath.Join(dir, diskImage)
@@ -1053,7 +1057,7 @@ func (d *Driver) Stats(ctx context.Context, h vmm.Handle) (vmm.Stats, error) {
 		s.MemUsedBytes = s.RSSBytes
 	}
 	s.MemUsedMeasured = !r.Paused && s.MemUsedBytes > 0
-	if total, used, err := diskUsage(dir); err == nil {
+	if total, used, err := diskUsage(dir, r.PID); err == nil {
 		s.DiskTotalBytes, s.DiskUsedBytes = total, used
 	}
 	return s, nil
