@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -130,6 +131,12 @@ func mountDisk(dir string, uid int) error {
 	if st, err := img.Stat(); err != nil || !st.Mode().IsRegular() {
 		return fmt.Errorf("sim: %w: %s is not a regular file", errNoDisk, img.Name())
 	}
+	// Never a second file system on one image: an earlier mount (a VM
+	// killed a moment ago, its mount namespace not yet freed) must have
+	// let go of its loop device first.
+	if err := poll(5*time.Second, func() bool { return len(loopsOf(img.Name())) == 0 }); err != nil {
+		return fmt.Errorf("sim: %s is still attached to %s", img.Name(), strings.Join(loopsOf(img.Name()), ", "))
+	}
 	lf, err := attachLoop(img)
 	if err != nil {
 		return err
@@ -188,6 +195,19 @@ func prepareDisk(mnt string, uid int) error {
 }
 
 var errNoDisk = errors.New("no disk image")
+
+// loopsOf lists the loop devices backed by the file at path.
+func loopsOf(path string) []string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)") == path {
+			out = append(out, filepath.Base(filepath.Dir(filepath.Dir(f))))
+		}
+	}
+	return out
+}
 
 // unmountDisk detaches dir's disk mount (its loop device goes with its
 // last user).
