@@ -60,10 +60,11 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready func(net.Addr
 	return ServeListener(ctx, ln, h)
 }
 
-// ServeOptions are the gateway's timeouts and connection cap: every
-// request gets serve.DefaultTimeouts' read and write deadlines; the data
-// plane (envd traffic) lifts them (serve.Unbound) once its token is checked,
-// and streams for as long as it lasts.
+// ServeOptions are the gateway's timeouts: every request gets
+// serve.DefaultTimeouts' read and write deadlines; the data plane (envd
+// traffic) lifts them (serve.Unbound) once its token is checked, and streams
+// for as long as it lasts. Its connections draw from the process's budget
+// (serve.Shared), with the API server's in the same process.
 var ServeOptions = serve.Options{Timeouts: serve.DefaultTimeouts}
 
 // ServeListener serves h on ln until ctx ends, then shuts down gracefully

@@ -63,8 +63,9 @@
 //
 // Slow clients: Handler bounds each request (Config.Timeouts: the body
 // must arrive, and the answer leave, in time); cmd/sandboxd serves it with
-// internal/serve's header and idle timeouts and a connection cap below the
-// descriptor limit. The health sweep never reads the node's own resource
+// internal/serve's header and idle timeouts and the process's connection
+// budget (serve.Shared: a connection that has not sent a full request gives
+// way to a newcomer). The health sweep never reads the node's own resource
 // exhaustion (EMFILE, ENFILE) as a failed probe; a warm agent that does
 // not answer in time (hung) fails its probe and is replaced after two in a
 // row, while a claimed sandbox is never restarted over a timeout. New drops

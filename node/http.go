@@ -71,7 +71,7 @@ func bearer(r *http.Request) (string, bool) {
 // that sandbox's own token. Every request gets Config.Timeouts' read and
 // write deadlines, but the change stream (GET /v1/watch) lifts them once
 // root is authenticated; serve it with serve.NewServer and serve.Listen for
-// the header and idle timeouts and the connection cap.
+// the header and idle timeouts and the process's connection budget.
 func (n *Node) Handler() http.Handler {
 	return serve.Deadlines(countRequests(n.mux(), n.metrics.requests), n.cfg.Timeouts, nil)
 }

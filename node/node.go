@@ -68,7 +68,7 @@ type Config struct {
 	WarmCheckInterval time.Duration
 	// Timeouts bound each API request (Handler applies them per request;
 	// zero fields mean serve.DefaultTimeouts'). The server that serves
-	// Handler sets the header and idle timeouts and the connection cap.
+	// Handler sets the header and idle timeouts and the connection budget.
 	Timeouts serve.Timeouts
 	// Quota bounds the VMs and snapshot bytes beyond the warm pools; the
 	// zero value means DefaultQuota.
