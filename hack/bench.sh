@@ -6,6 +6,7 @@
 #   hack/bench.sh                 # everything
 #   hack/bench.sh -quick          # a smoke run with small sizes
 #   hack/bench.sh apiclaim lookup # some benchmarks (see -list)
+#   hack/bench.sh nodescale       # claim CPU vs node size (100 / 1,000 / 10,000 VMs held)
 #   hack/bench.sh live            # only the live fleet view's go test benchmarks
 #
 # With no arguments, the live fleet view's `go test` benchmarks (fleetview,

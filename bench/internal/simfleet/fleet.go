@@ -212,6 +212,23 @@ func (f *Fleet) Warm(ctx context.Context, key pool.Key) (int, error) {
 	return total, nil
 }
 
+// Held is the VMs the fleet's nodes hold, warm (every pool) plus claimed,
+// summed over the nodes (GET /v1/info).
+func (f *Fleet) Held(ctx context.Context) (int, error) {
+	total := 0
+	for _, n := range f.Nodes {
+		info, err := n.Client.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", n.Name, err)
+		}
+		total += info.Claimed
+		for _, p := range info.Pools {
+			total += int(p.Warm)
+		}
+	}
+	return total, nil
+}
+
 // WaitWarm polls until the fleet holds at least want warm VMs for key, or
 // ctx ends. It returns the time the condition was first seen.
 func (f *Fleet) WaitWarm(ctx context.Context, key pool.Key, want int, poll time.Duration) (time.Time, error) {

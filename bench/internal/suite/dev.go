@@ -279,7 +279,7 @@ func DevClaims(ctx context.Context, cfg Config) error {
 	sbs := d.Client.Namespace("default")
 	pool := claims + 20
 	t := stats.Table{
-		Title:  fmt.Sprintf("Claim latency through sandbox-dev (client-go Create → 201; 2 sim nodes, warm pool %d real agent processes)", pool),
+		Title:  fmt.Sprintf("Claim latency through sandbox-dev (client-go Create → 201; 2 sim nodes, warm pool %d real agent processes; store fsync on)", pool),
 		Header: []string{"c", "creates", "p50 ms", "p95 ms", "p99 ms", "creates/s", "CPU µs/create", "errors"},
 	}
 	fill := func() error {

@@ -206,7 +206,7 @@ func FleetSim(ctx context.Context, cfg Config) error {
 	goruntime.ReadMemStats(&ms1)
 	heapPer1k := (float64(ms1.HeapAlloc) - float64(ms0.HeapAlloc)) / float64(total) * 1000
 	t := stats.Table{
-		Title:  fmt.Sprintf("Fleet simulation: %d nodes × %d sandboxes, real routing, view and client-go watch (NopDriver nodes)", nodes, total/nodes),
+		Title:  fmt.Sprintf("Fleet simulation: %d nodes × %d sandboxes, real routing, view and client-go watch (NopDriver nodes; store fsync on)", nodes, total/nodes),
 		Header: []string{"sandboxes", "claims/s (router, c=32)", "CPU ms per 1k claims", "publish all: CPU ms", "publish → watch delivered all: s", "CPU ms per 1k delivered", "process heap per 1k"},
 	}
 	t.Add(total, fmt.Sprintf("%.0f", l.rate()), fmt.Sprintf("%.0f", float64(l.cpu.Milliseconds())*1000/float64(total)),

@@ -18,6 +18,7 @@ type Benchmark struct {
 // All lists the benchmarks in the order Run runs them.
 var All = []Benchmark{
 	{"nodeclaim", "claim latency: node handler in process, node HTTP API, fleet router", NodeClaims},
+	{"nodescale", "claim CPU at the node handler vs node size: 100, 1,000, 10,000 VMs held", NodeScale},
 	{"apiclaim", "client-go Create → 201 through the aggregated API; read-after-create", APIClaims},
 	{"devclaim", "client-go Create → 201 through sandbox-dev (sim VMs); read-after-create; etcd writes per claim", DevClaims},
 	{"fill", "fill rate: patch replicas 0→S on sandbox-dev (sim), scaling-law fit", Fill},
@@ -54,11 +55,16 @@ func Run(ctx context.Context, cfg Config, names []string) error {
 		}
 		start := time.Now()
 		cfg.logf("running %s", b.Name)
+		var last strings.Builder
+		cfg.last = &last
 		if err := b.Run(ctx, cfg); err != nil {
 			return fmt.Errorf("%s: %w", b.Name, err)
 		}
 		cfg.logf("%s done in %s", b.Name, time.Since(start).Round(time.Millisecond))
 		fmt.Fprintf(cfg.Out, "(%s: %s wall; load average after: %s)\n\n", b.Name, time.Since(start).Round(time.Second), loadavg())
+		if last.Len() > 0 {
+			fmt.Fprintf(cfg.Out, "%s\n", last.String())
+		}
 	}
 	return nil
 }

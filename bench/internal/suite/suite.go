@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,10 @@ type Config struct {
 	Claims int
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
+
+	// last, set by Run, receives a benchmark's summary line, which Run
+	// prints after the benchmark's wall time: its last line.
+	last *strings.Builder
 }
 
 func (c *Config) defaults() {
@@ -56,6 +61,16 @@ func (c *Config) defaults() {
 
 func (c *Config) logf(format string, args ...any) {
 	fmt.Fprintf(c.Log, "# "+format+"\n", args...)
+}
+
+// lastf prints a benchmark's summary line: its last line under Run, else
+// a line of Out.
+func (c *Config) lastf(format string, args ...any) {
+	if c.last != nil {
+		fmt.Fprintf(c.last, format+"\n", args...)
+		return
+	}
+	fmt.Fprintf(c.Out, format+"\n", args...)
 }
 
 // Key is the pool key every benchmark claims from.

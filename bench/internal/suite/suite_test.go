@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 // each must finish without error (a benchmark fails when any claim
 // failed) and print its table.
 func TestSuite_QuickRunPrintsEveryTable(t *testing.T) {
-	names := []string{"nodeclaim", "apiclaim", "lookup", "rederive", "fleetsim", "fleetscale"}
+	names := []string{"nodeclaim", "nodescale", "apiclaim", "lookup", "rederive", "fleetsim", "fleetscale"}
 	if !testing.Short() {
 		names = append(names, "devclaim", "fill") // sandbox-dev with sim VMs
 	}
@@ -28,10 +29,16 @@ func TestSuite_QuickRunPrintsEveryTable(t *testing.T) {
 			if !strings.Contains(s, "### ") || !strings.Contains(s, "| ---") {
 				t.Fatalf("no table printed:\n%s", s)
 			}
+			lines := strings.Split(strings.TrimSpace(s), "\n")
+			if last := lines[len(lines)-1]; name == "nodescale" && !nodeScaleLine.MatchString(last) {
+				t.Fatalf("last line %q is not the nodescale summary", last)
+			}
 			t.Log("\n" + s)
 		})
 	}
 }
+
+var nodeScaleLine = regexp.MustCompile(`^nodescale: claim CPU µs at 100 / 1000 / 10000 VMs held: [0-9]+ / [0-9]+ / [0-9]+$`)
 
 func TestRun_UnknownBenchmark(t *testing.T) {
 	if err := Run(context.Background(), Config{}, []string{"nope"}); err == nil || !strings.Contains(err.Error(), "known:") {
