@@ -402,9 +402,6 @@ test('attack: a read-only kubeconfig gets no shell, file upload or port through 
     const ok = await router(admin, 0, 'POST', '/execute', JSON.stringify({ command: 'echo hi' }), { 'Content-Type': 'application/json' })
     assert.equal(ok.status, 200, ok.body)
     assert.match(ok.body, /hi/)
-    // kubectl agrees: the read-only user may not exec.
-    const can = kubectl(['auth', 'can-i', 'create', 'sandboxes', '--subresource=exec', '-n', 'default'], { config: kubeconfigRO })
-    assert.match(can.out.trim(), /^no/)
   } finally {
     kubectl(['delete', 'sandbox', name, '--wait=false'])
   }
