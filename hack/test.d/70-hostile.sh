@@ -25,9 +25,12 @@ sandbox_dev_build
 ulimit -Hn 1048576 2>/dev/null || true
 ulimit -Sn "$(ulimit -Hn)" 2>/dev/null || true
 
-disk_mib=256
 hostile_run() { # vmm [sandbox-dev flags...]
   local vmm=$1; shift
+  # The sandboxes' disk: sim's is the writable layer alone, qemu's the
+  # root disk, which also holds the template image (about 600 MiB).
+  local disk_mib=256
+  [ "$vmm" = qemu ] && disk_mib=1024
   # Two e2b keys: the first is the default namespace's, the second belongs
   # to namespace "other" (key file: one key a line, an optional namespace
   # after it).
