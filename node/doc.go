@@ -21,8 +21,9 @@
 // its own loopback listener, each with its own DataDir and driver root).
 // Run starts the background loops; Close shuts down in order.
 //
-// What it owns: the claim table (in memory, mirrored in a bbolt file under
-// Config.DataDir), the warm pools, the golden checkpoints it clones warm VMs
+// What it owns: the claim table (in memory, mirrored under Config.DataDir
+// in a bbolt file, node.db, and the claim journals node.db.journal0 and
+// node.db.journal1), the warm pools, the golden checkpoints it clones warm VMs
 // from (<data-dir>/golden), the user snapshots (<data-dir>/snapshots),
 // and every VM under its driver's root. It must not touch anything else:
 // routing between nodes, pool sizing across the fleet and the Kubernetes
@@ -71,11 +72,14 @@
 // row, while a claimed sandbox is never restarted over a timeout. New drops
 // a recorded claim only when its VM is known gone.
 //
-// Durability: every claim, release and lifecycle change is committed and
-// fsynced to the store before the API answers, so an acknowledged claim
-// survives a power loss. A lone claim commits at once; claims arriving
-// while a commit is in flight share the next one (leader-follower group
-// commit; see store.go), so the fsync costs latency, not throughput. Config.StoreNoSync turns the fsync off (development only).
+// Durability: every claim, release and lifecycle change is appended to
+// the claim journal and fdatasynced (one fdatasync; bbolt would take two)
+// before the API answers, so an acknowledged claim survives a power loss.
+// A lone claim appends at once; claims arriving while an append is in
+// flight share the next one (leader-follower group commit; see store.go),
+// so the fsync costs latency, not throughput. Full journal generations are
+// checkpointed into bbolt in the background; New replays what bbolt does
+// not hold yet. Config.StoreNoSync turns the fsync off (development only).
 //
 // Restart: New re-adopts every recorded sandbox through Driver.Restore,
 // then destroys every VM under the driver's root that the table does not

@@ -1,9 +1,14 @@
 package node
 
 import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,9 +17,9 @@ import (
 
 // Buckets of the node's store.
 var (
-	bucketSandboxes = []byte("sandboxes") // claim id → record
+	bucketSandboxes = []byte("sandboxes") // claim id → record, as of the last checkpoint
 	bucketSnapshots = []byte("snapshots") // snapshot id → snapRecord
-	bucketMeta      = []byte("meta")      // "pools" → []poolTarget
+	bucketMeta      = []byte("meta")      // "pools" → []poolTarget, "journal-gen" → uint64
 	keyPools        = []byte("pools")
 )
 
@@ -26,34 +31,81 @@ type poolTarget struct {
 	Warm     int32  `json:"warm"`
 }
 
-// store mirrors the claim table, the snapshots and the pool targets in a
-// bbolt file. Every commit is fsynced before it returns (unless the store
-// was opened with noSync, for development and benchmarks), so an
-// acknowledged claim survives a power loss. Claim and release records go
-// through a leader-follower group commit (see commit): a write that finds
-// no commit in flight commits at once, and the writes that arrive while a
-// commit is syncing share the next one (one transaction, one fsync).
+// store mirrors the claim table, the snapshots and the pool targets on
+// disk, and every write is durable (synced) before it returns, unless the
+// store was opened with noSync (development and benchmarks), so an
+// acknowledged claim survives a power loss.
+//
+// Snapshots and pool targets (rare writes) are bbolt transactions of their
+// own. Claim records (every claim, release, pause, resume, renew, label
+// change) are appended to a claim journal (journal.go): one pwrite and one
+// fdatasync, where a bbolt commit costs two. They go through a
+// leader-follower group commit (see commit): a write that finds no append
+// in flight appends at once, and the writes that arrive while an append
+// is syncing share the next one.
+//
+// There are two journal files, each holding one generation of records.
+// Appends go to the active one; once it holds storeCheckpointBytes, the
+// leader starts the next generation in the other file and, in the
+// background, applies the full one to bbolt's sandboxes bucket in one
+// transaction that also records its generation (a checkpoint), so appends
+// never wait for a checkpoint unless the next one is due first. Opening
+// the store replays, in order, the generations bbolt does not hold yet,
+// and checkpoints them.
 type store struct {
-	db     *bolt.DB
-	noSync bool
-	group  groupCommit
+	db       *bolt.DB
+	noSync   bool
+	group    groupCommit
+	journals [2]*journal
+
+	// pending is the records of the active generation, frozen those of
+	// the one being checkpointed (nil when none): id → value (nil:
+	// deleted). Guarded by pendMu.
+	pendMu  sync.Mutex
+	pending map[string][]byte
+	frozen  map[string][]byte
+
+	// The leader's state. active indexes journals; ckpt receives the
+	// running checkpoint's result (nil when none runs); frozenGen is the
+	// frozen generation. broken is the failure of the last append: what
+	// the active journal holds past its end is then unknown, so the next
+	// group checkpoints it (synchronously) and starts a new generation
+	// first.
+	active    int
+	ckpt      chan error
+	frozenGen uint64
+	broken    error
+	// beforeAppend, in tests, runs before each group's append with its
+	// writes; an error fails the group as a failed append would.
+	beforeAppend func(writes int) error
 }
 
 // storeBatchSize bounds the writes one group commit carries; the rest wait
 // for the next.
 const storeBatchSize = 256
 
-// groupCommit queues the writes that arrive while a commit is in flight.
+// storeCheckpointBytes is the size of a journal generation (about 14,000
+// claim records): past it the next generation starts and this one is
+// checkpointed. Records land on random keys, so a checkpoint rewrites up
+// to every leaf page of the sandboxes bucket once whatever its size: a
+// generation larger than the table makes that cost small per record.
+const storeCheckpointBytes = 8 << 20
+
+// keyJournalGen, in the meta bucket, is the last journal generation
+// checkpointed into bbolt (uint64, little-endian).
+var keyJournalGen = []byte("journal-gen")
+
+// groupCommit queues the writes that arrive while an append is in flight.
 type groupCommit struct {
 	mu      sync.Mutex
 	pending []*groupWrite
-	// leading is true while some writer is committing (the leader).
+	// leading is true while some writer is appending (the leader).
 	leading bool
 }
 
 // groupWrite is one caller's write waiting in a group commit.
 type groupWrite struct {
-	fn   func(*bolt.Tx) error
+	ops  []journalOp
 	err  error
 	done chan struct{} // closed once err is final
 	// lead is closed, instead of done, when the writer is to commit the
@@ -64,9 +116,10 @@ type groupWrite struct {
 // errStoreLocked means another process holds the data dir's store.
 var errStoreLocked = errors.New("the data dir's store is locked (is another sandboxd using this --data-dir?)")
 
-// openStore opens (creating) the store at path. noSync skips the fsync of
-// every commit: a killed process still loses nothing (the page cache
-// survives it), but a power loss may lose acknowledged claims.
+// openStore opens (creating) the store at path and its claim journals at
+// path + ".journal0" and ".journal1", replaying them. noSync skips the
+// fsync of every write: a killed process still loses nothing (the page
+// cache survives it), but a power loss may lose acknowledged claims.
 func openStore(path string, noSync bool) (*store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: noSync, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
@@ -75,11 +128,15 @@ func openStore(path string, noSync bool) (*store, error) {
 		}
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
+	var done uint64 // the last generation checkpointed
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketSandboxes, bucketSnapshots, bucketMeta} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
+		}
+		if v := tx.Bucket(bucketMeta).Get(keyJournalGen); len(v) == 8 {
+			done = binary.LittleEndian.Uint64(v)
 		}
 		return nil
 	})
@@ -87,22 +144,175 @@ func openStore(path string, noSync bool) (*store, error) {
 		db.Close()
 		return nil, err
 	}
-	return &store{db: db, noSync: noSync}, nil
+	s := &store{db: db, noSync: noSync, pending: map[string][]byte{}}
+	// The journals are opened under bbolt's file lock: one process at a
+	// time. Their generations newer than bbolt's are replayed, oldest
+	// first.
+	type gen struct {
+		gen uint64
+		ops []journalOp
+	}
+	var gens []gen
+	last := done
+	for i := range s.journals {
+		j, g, ops, err := openJournal(fmt.Sprintf("%s.journal%d", path, i), noSync)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("opening the claim journal: %w", err)
+		}
+		s.journals[i] = j
+		if g > done {
+			gens = append(gens, gen{g, ops})
+		}
+		last = max(last, g)
+	}
+	slices.SortFunc(gens, func(a, b gen) int { return cmp.Compare(a.gen, b.gen) })
+	for _, g := range gens {
+		s.remember(g.ops)
+	}
+	if err := s.checkpointActive(last); err != nil {
+		s.close()
+		return nil, fmt.Errorf("replaying the claim journal: %w", err)
+	}
+	return s, nil
 }
 
-func (s *store) close() error { return s.db.Close() }
+// close waits for a running checkpoint and closes the files. It does not
+// checkpoint: the next open replays the journals, as after a crash. Call
+// it with no write in flight.
+func (s *store) close() error {
+	if s.ckpt != nil {
+		<-s.ckpt
+		s.ckpt = nil
+	}
+	var errs []error
+	for _, j := range s.journals {
+		if j != nil {
+			errs = append(errs, j.close())
+		}
+	}
+	return errors.Join(append(errs, s.db.Close())...)
+}
 
-// commit runs a claim-table write and returns once it is committed (and,
-// unless noSync, fsynced). Writes are group-committed, leader-follower: a
-// write that finds no commit in flight leads, committing the writes queued
-// so far (its own first) in one transaction at once, without waiting for
-// company; writes arriving meanwhile queue, and when the leader's commit
-// ends it hands the lead to the oldest of them, which commits the whole
-// queue. A lone write thus pays one commit, and N concurrent ones about
-// two. fn may run more than once (when another write of its group fails,
-// the group is retried without it), so it must be idempotent.
-func (s *store) commit(fn func(*bolt.Tx) error) error {
-	w := &groupWrite{fn: fn, done: make(chan struct{}), lead: make(chan struct{})}
+// remember records ops in pending, for the next checkpoint.
+func (s *store) remember(ops []journalOp) {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	for _, o := range ops {
+		s.pending[string(o.key)] = o.val
+	}
+}
+
+// applyToBolt writes the records of recs (in order: later maps win) to
+// bbolt's sandboxes bucket and records gen as checkpointed, in one synced
+// transaction.
+func (s *store) applyToBolt(gen uint64, recs ...map[string][]byte) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSandboxes)
+		for _, m := range recs {
+			for _, k := range slices.Sorted(maps.Keys(m)) { // in key order: each leaf is visited once
+				v := m[k]
+				var err error
+				if v == nil {
+					err = b.Delete([]byte(k))
+				} else {
+					err = b.Put([]byte(k), v)
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keyJournalGen, binary.LittleEndian.AppendUint64(nil, gen))
+	})
+}
+
+// waitCheckpoint waits for the running checkpoint, if any; when it failed
+// it is tried again, here. Called by the leader.
+func (s *store) waitCheckpoint() error {
+	if s.ckpt != nil {
+		err := <-s.ckpt
+		s.ckpt = nil
+		if err == nil {
+			return nil
+		}
+	}
+	s.pendMu.Lock()
+	frozen := s.frozen
+	s.pendMu.Unlock()
+	if frozen == nil {
+		return nil
+	}
+	if err := s.applyToBolt(s.frozenGen, frozen); err != nil {
+		return err
+	}
+	s.pendMu.Lock()
+	s.frozen = nil
+	s.pendMu.Unlock()
+	return nil
+}
+
+// checkpointActive checkpoints everything pending, as generation gen,
+// synchronously, and starts generation gen+1 in the active journal: at
+// open, and after a failed append. Called by the leader, or before the
+// store is shared.
+func (s *store) checkpointActive(gen uint64) error {
+	if err := s.waitCheckpoint(); err != nil {
+		return err
+	}
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	if err := s.applyToBolt(gen, s.pending); err != nil {
+		return err
+	}
+	clear(s.pending)
+	return s.journals[s.active].reset(gen + 1)
+}
+
+// rotate starts the next generation in the other journal file and
+// checkpoints the active one in the background. It waits for the previous
+// checkpoint first (the other file holds its generation until it is
+// done). Called by the leader.
+func (s *store) rotate() error {
+	if err := s.waitCheckpoint(); err != nil {
+		return err
+	}
+	cur, next := s.journals[s.active], s.journals[1-s.active]
+	if err := next.reset(cur.gen + 1); err != nil {
+		return err
+	}
+	s.active = 1 - s.active
+	s.pendMu.Lock()
+	frozen := s.pending
+	s.frozen, s.pending, s.frozenGen = frozen, map[string][]byte{}, cur.gen
+	s.pendMu.Unlock()
+	ch := make(chan error, 1)
+	s.ckpt = ch
+	go func() {
+		err := s.applyToBolt(cur.gen, frozen)
+		if err == nil {
+			s.pendMu.Lock()
+			s.frozen = nil
+			s.pendMu.Unlock()
+		}
+		ch <- err
+	}()
+	return nil
+}
+
+// commit appends a claim-table write to the journal and returns once it
+// is synced (unless noSync). Writes are group-committed, leader-follower:
+// a write that finds no append in flight leads, appending the writes
+// queued so far (its own first) at once, in one pwrite and one fdatasync,
+// without waiting for company; writes arriving meanwhile queue, and when
+// the leader's append ends it hands the lead to the oldest of them, which
+// appends the whole queue. A lone write thus pays one fdatasync, and N
+// concurrent ones about two.
+func (s *store) commit(ops ...journalOp) error {
+	if err := checkOps(ops); err != nil {
+		return err
+	}
+	w := &groupWrite{ops: ops, done: make(chan struct{}), lead: make(chan struct{})}
 	g := &s.group
 	g.mu.Lock()
 	g.pending = append(g.pending, w)
@@ -123,9 +333,10 @@ func (s *store) commit(fn func(*bolt.Tx) error) error {
 	return w.err
 }
 
-// lead commits the writes queued now (at most storeBatchSize) as one group,
-// answers each, then hands the lead to the oldest write still queued, or
-// gives it up when none is. Called by the leader only.
+// lead appends the writes queued now (at most storeBatchSize) as one
+// group, answers each, starts the next journal generation when this one
+// is full, then hands the lead to the oldest write still queued, or gives
+// it up when none is. Called by the leader only.
 func (s *store) lead() {
 	g := &s.group
 	g.mu.Lock()
@@ -134,7 +345,17 @@ func (s *store) lead() {
 	g.pending = append([]*groupWrite(nil), g.pending[n:]...)
 	g.mu.Unlock()
 
-	s.commitGroup(batch)
+	err := s.appendGroup(batch)
+	for _, w := range batch {
+		w.err = err
+		close(w.done)
+	}
+	// A rotation that fails (its reset, or the previous checkpoint)
+	// leaves the records in the active journal, where they are durable:
+	// the journal grows and the next group tries again.
+	if err == nil && s.journals[s.active].size() >= storeCheckpointBytes {
+		_ = s.rotate()
+	}
 
 	g.mu.Lock()
 	if len(g.pending) == 0 {
@@ -145,78 +366,86 @@ func (s *store) lead() {
 	g.mu.Unlock()
 }
 
-// commitGroup commits batch in one transaction and answers every write in
-// it. A write whose fn fails gets its error and the transaction is retried
-// without it, so one bad write never fails the others; a commit that fails
-// (the fsync, a full disk) fails them all.
-func (s *store) commitGroup(batch []*groupWrite) {
-	for len(batch) > 0 {
-		failed := -1
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			for i, w := range batch {
-				if err := w.fn(tx); err != nil {
-					failed = i
-					return err
-				}
-			}
-			return nil
-		})
-		if failed >= 0 {
-			batch[failed].err = err
-			close(batch[failed].done)
-			batch = append(batch[:failed:failed], batch[failed+1:]...)
-			continue
+// appendGroup appends the writes of batch to the active journal in one
+// pwrite and one fdatasync; a failure fails them all.
+func (s *store) appendGroup(batch []*groupWrite) error {
+	if s.broken != nil {
+		if err := s.checkpointActive(s.journals[s.active].gen); err != nil {
+			return fmt.Errorf("recovering the claim journal after %v: %w", s.broken, err)
 		}
-		for _, w := range batch {
-			w.err = err
-			close(w.done)
-		}
-		return
+		s.broken = nil
 	}
+	if s.beforeAppend != nil {
+		if err := s.beforeAppend(len(batch)); err != nil {
+			s.broken = err
+			return err
+		}
+	}
+	var ops []journalOp
+	for _, w := range batch {
+		ops = append(ops, w.ops...)
+	}
+	if err := s.journals[s.active].append(ops); err != nil {
+		s.broken = err
+		return err
+	}
+	s.remember(ops)
+	return nil
 }
 
-// putSandboxes writes records in one transaction, committed (and synced)
-// before it returns; concurrent callers share the commit. bbolt may run a
-// batched function more than once, so it only puts.
+// putSandboxes writes records, synced before it returns; concurrent
+// callers share the append.
 func (s *store) putSandboxes(recs ...record) error {
-	vals := make([][]byte, len(recs))
+	ops := make([]journalOp, len(recs))
 	for i, r := range recs {
 		b, err := json.Marshal(r)
 		if err != nil {
 			return err
 		}
-		vals[i] = b
+		ops[i] = journalOp{key: []byte(r.ID), val: b}
 	}
-	return s.commit(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSandboxes)
-		for i, r := range recs {
-			if err := b.Put([]byte(r.ID), vals[i]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return s.commit(ops...)
 }
 
-// deleteSandbox forgets a sandbox, committed before it returns (batched
-// like putSandboxes).
+// deleteSandbox forgets a sandbox, synced before it returns (shared like
+// putSandboxes).
 func (s *store) deleteSandbox(id string) error {
-	return s.commit(func(tx *bolt.Tx) error { return tx.Bucket(bucketSandboxes).Delete([]byte(id)) })
+	return s.commit(journalOp{key: []byte(id)})
 }
 
+// sandboxes returns every recorded sandbox, in id order. Call it with no
+// write in flight (the node does, while it recovers).
 func (s *store) sandboxes() ([]record, error) {
-	var out []record
+	vals := map[string][]byte{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSandboxes).ForEach(func(k, v []byte) error {
-			var r record
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("sandbox record %q: %w", k, err)
-			}
-			out = append(out, r)
+			vals[string(k)] = bytes.Clone(v)
 			return nil
 		})
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	s.pendMu.Lock()
+	for _, m := range []map[string][]byte{s.frozen, s.pending} {
+		for k, v := range m {
+			if v == nil {
+				delete(vals, k)
+			} else {
+				vals[k] = v
+			}
+		}
+	}
+	s.pendMu.Unlock()
+	out := make([]record, 0, len(vals))
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
+		var r record
+		if err := json.Unmarshal(vals[k], &r); err != nil {
+			return nil, fmt.Errorf("sandbox record %q: %w", k, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 func (s *store) putSnapshot(c snapRecord) error {

@@ -94,7 +94,7 @@ func NodeClaims(ctx context.Context, cfg Config) error {
 		}
 	}
 	t.Note("Warm VMs are refilled in the background while claims run (as on a real node); CPU is the whole process's (client, nodes, refill) divided by claims.")
-	t.Note("Each claim's record is committed to the node's bbolt store and fsynced before the node answers (concurrent claims share a commit), as in production. VMs held/node: warm plus claimed when the row starts, on the node claimed from (node 0) for the first two paths, averaged over the 4 nodes for the router; earlier rows' claims stay claimed. No change stream subscriber is attached.")
+	t.Note("Each claim's record is appended to the node's claim journal and fdatasynced before the node answers (concurrent claims share one fdatasync; full journal generations are checkpointed into bbolt in the background), as in production. VMs held/node: warm plus claimed when the row starts, on the node claimed from (node 0) for the first two paths, averaged over the 4 nodes for the router; earlier rows' claims stay claimed. No change stream subscriber is attached.")
 	return t.Print(cfg.Out)
 }
 

@@ -51,7 +51,7 @@ func NodeScale(ctx context.Context, cfg Config) error {
 		t.Add(held, r.warm, r.claimed, r.claims, stats.Ms(r.lat.P50), stats.Ms(r.lat.P99), fmt.Sprintf("%.0f", cpu),
 			fmt.Sprintf("%.1f", float64(r.allocs)/1024/float64(r.claims)), fmt.Sprintf("%.1f", r.fill.Seconds()), 0)
 	}
-	t.Note("One node (node.New, its bbolt store fsynced on every commit, its loops running); warm VMs are NopDriver map entries, so this is the control path's cost. Half the VMs held are warm (the pool's target), half claimed before the measure (through the handler, 32 at a time).")
+	t.Note("One node (node.New, every claim record fdatasynced in its claim journal before it answers, its loops running); warm VMs are NopDriver map entries, so this is the control path's cost. Half the VMs held are warm (the pool's target), half claimed before the measure (through the handler, 32 at a time).")
 	t.Note("Claims run in batches of %d at c=1 through the handler; CPU is the whole process's (handler, store, change stream and its subscriber, refill boots, the node's other loops) during the batches, divided by claims. After each batch its sandboxes are released and the pool refilled, outside the measure, so the node keeps its size.", nodeScaleBatch)
 	t.Note("Goal: flat — CPU per claim at 10,000 VMs held ≤ 1.5 × at 100.")
 	if err := t.Print(cfg.Out); err != nil {
