@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 # live_view runs the go test benchmarks beside the live view's code: the
 # 200 × 5k store (heap, one change, lookups, join/leave, resync, churn at
 # 1,000 changes/s with 10 watchers, claim → watcher end to end), the
-# router's nodes View, the fleet's lookups, and the node's stream diff.
+# router's nodes View, the fleet's lookups, and the node's change stream (one change; the periodic consistency check).
 live_view() {
   echo "## Live fleet view (go test benchmarks), $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo
