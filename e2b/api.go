@@ -1210,6 +1210,7 @@ func (g *gateway) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		out = append(out, metricJSON{
 			Timestamp: rfc3339(at), TimestampUnix: at.Unix(), CPUCount: st.CPUCount,
 			MemUsed: st.MemUsedBytes, MemTotal: st.MemTotalBytes,
+			DiskUsed: st.DiskUsedBytes, DiskTotal: st.DiskTotalBytes,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -457,6 +457,8 @@ func TestLifecycleVerbs(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	require.Len(t, metrics, 1)
 	require.Equal(t, int64(1<<20), metrics[0].MemUsed)
+	require.Equal(t, int64(10<<30), metrics[0].DiskTotal, "the sandbox's disk (--disk-size)")
+	require.Equal(t, int64(3<<20), metrics[0].DiskUsed)
 
 	var tpls []templateJSON
 	g.call("GET", "/templates", nil, &tpls)

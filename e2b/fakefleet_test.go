@@ -304,7 +304,7 @@ func (f *fakeFleet) Stats(ctx context.Context, l nodeapi.Sandbox) (nodeapi.Stats
 	if err != nil {
 		return nodeapi.Stats{}, err
 	}
-	return nodeapi.Stats{ID: l.ID, Paused: s.loc.Paused, CPUCount: 1, MemTotalBytes: 2 << 30, MemUsedBytes: 1 << 20}, nil
+	return nodeapi.Stats{ID: l.ID, Paused: s.loc.Paused, CPUCount: 1, MemTotalBytes: 2 << 30, MemUsedBytes: 1 << 20, DiskTotalBytes: 10 << 30, DiskUsedBytes: 3 << 20}, nil
 }
 
 func (f *fakeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error) {
