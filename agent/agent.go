@@ -18,7 +18,10 @@
 // forward and never the agent's own routes: the e2b gateway sends it for
 // requests it admitted to a guest port only (a public port, the traffic
 // token, a router port forward), so such a request cannot reach the
-// agent's API even if its forward header were lost on the way. A
+// agent's API even if its forward header were lost on the way. On port
+// InterpreterPort, which the agent serves itself and where code runs, it
+// opens only the interpreter's context calls and /health, never POST
+// /execute (401), which needs the sandbox token. A
 // forwarded request reaches the guest without any X-Hearth-* header or
 // X-Access-Token. A request carrying ForwardPortHeader is forwarded to
 // that port of the guest — except port
@@ -173,12 +176,14 @@ func newAgent(o Options) *agent {
 // port, the rest to the agent's handlers.
 func (a *agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fport, fwd, ferr := forwardPort(r)
+	// forwardOnly: admitted by the forward-only credential, not the token.
+	forwardOnly := false
 	if tok := a.token(); tok != "" && (fwd || !(r.Method == http.MethodGet && r.URL.Path == "/health")) {
 		got := r.Header.Get("X-Access-Token")
 		signed := !fwd && got == "" && VerifyFileSignature(r, tok, time.Now()) == nil
 		// The forward-only credential opens a forward to a valid port and
 		// nothing else: never the agent's own routes.
-		forwardOnly := fwd && ferr == nil && got == "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(ForwardTokenHeader)), []byte(ForwardToken(tok))) == 1
+		forwardOnly = fwd && ferr == nil && got == "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(ForwardTokenHeader)), []byte(ForwardToken(tok))) == 1
 		if !signed && !forwardOnly && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
 			if strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem.") {
 				writeUnaryError(w, errorf(codeUnauthenticated, "missing or invalid X-Access-Token"))
@@ -195,6 +200,12 @@ func (a *agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serve.Unbound(w) // authenticated: the stream lasts as long as it needs
 	}
 	if fwd && ferr == nil && fport == InterpreterPort && !a.o.NoInterpreter {
+		// The interpreter runs code: the forward-only credential opens its
+		// context calls only, never /execute.
+		if forwardOnly && !interpreterContextCall(r) {
+			writeRESTError(w, http.StatusUnauthorized, "the code interpreter runs code only for the sandbox token (X-Access-Token)")
+			return
+		}
 		a.interp.ServeHTTP(w, r) // the code interpreter, in-process (interpreter.go)
 		return
 	}

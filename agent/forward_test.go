@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -163,4 +164,38 @@ func TestForward_TheGuestSeesNoInternalHeader(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	require.Empty(t, string(b))
 	require.Empty(t, resp.Header.Get(PortClosedHeader))
+}
+
+// TestForward_TheForwardTokenRunsNoInterpreterCode: the code interpreter
+// (port InterpreterPort, served by the agent itself) runs code, so the
+// forward-only credential — what a traffic token, a public port or a
+// router port forward reaches the agent with — opens only its context
+// calls (what @e2b/code-interpreter sends with the traffic token alone),
+// never POST /execute, which needs the sandbox token.
+func TestForward_TheForwardTokenRunsNoInterpreterCode(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	ta := startAgent(t, nil)
+	ip := strconv.Itoa(InterpreterPort)
+	only := map[string]string{"X-Access-Token": "", ForwardTokenHeader: ForwardToken(testToken), ForwardPortHeader: ip}
+	for _, p := range []string{"/execute", "/execute/", "//execute", "/./execute"} {
+		resp := ta.do("POST", p, "application/json", strings.NewReader(`{"code":"print('pwned-' + 'x')"}`), only)
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "POST %s with the forward token alone: %s", p, b)
+		require.NotContains(t, string(b), "pwned-x")
+	}
+	// The context calls stay open to it.
+	resp := ta.do("POST", "/contexts", "application/json", strings.NewReader(`{"language":"python"}`), only)
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	resp = ta.do("GET", "/contexts", "", nil, only)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp = ta.do("GET", "/health", "", nil, only)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	// The sandbox token runs code.
+	resp = ta.do("POST", "/execute", "application/json", strings.NewReader(`{"code":"print('ran-' + 'x')"}`), map[string]string{ForwardPortHeader: ip})
+	b, _ = io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Contains(t, string(b), "ran-x")
 }

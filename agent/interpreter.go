@@ -28,7 +28,9 @@ import (
 // no Jupyter, no IPython. A request the gateway forwards to that port
 // (ForwardPortHeader: 49999) is answered in-process, after the same
 // X-Access-Token check as every other request, instead of going to the
-// guest's loopback:
+// guest's loopback (the forward-only credential, ForwardTokenHeader, opens
+// only the calls that run no code: /health and the context calls, never
+// /execute):
 //
 //	POST   /execute {"code","context_id"?,"language"?,"env_vars"?}
 //	       → 200 NDJSON stream: {"type":"number_of_executions","execution_count"},
@@ -132,6 +134,24 @@ func (a *agent) maxCodeContexts() int {
 		return a.o.MaxCodeContexts
 	}
 	return defaultMaxCodeContexts
+}
+
+// interpreterContextCall reports whether r is one of the interpreter's
+// calls that run no code — GET /health and the context calls (create,
+// list, restart, remove), which @e2b/code-interpreter sends with the
+// traffic token alone — the only ones the forward-only credential opens.
+func interpreterContextCall(r *http.Request) bool {
+	p := r.URL.Path
+	switch {
+	case p == "/health":
+		return r.Method == http.MethodGet
+	case p == "/contexts":
+		return r.Method == http.MethodGet || r.Method == http.MethodPost
+	case strings.HasPrefix(p, "/contexts/"):
+		_, op, _ := strings.Cut(strings.TrimPrefix(p, "/contexts/"), "/")
+		return op == "" && r.Method == http.MethodDelete || op == "restart" && r.Method == http.MethodPost
+	}
+	return false
 }
 
 // ServeHTTP serves an (already authenticated) interpreter request.

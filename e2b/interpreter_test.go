@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -115,4 +116,72 @@ func TestDataPlane_CodeInterpreterThroughTheGateway(t *testing.T) {
 	// Without either token: refused before any lookup.
 	status, b = g.raw("GET", "/contexts", nil, base)
 	requireJSONError(t, http.StatusUnauthorized, status, b)
+}
+
+// TestDataPlane_TheTrafficTokenRunsNoInterpreterCode: the traffic token
+// opens a sandbox's ports, and the code interpreter's context calls, but
+// runs no code: POST /execute on port 49999 needs the sandbox token, as
+// envd's API does. Nor does a router port forward (create
+// sandboxes/portforward) run code there: port 49999 is exec, like 8888.
+func TestDataPlane_TheTrafficTokenRunsNoInterpreterCode(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	g := startGateway(t)
+	s := g.create(map[string]any{"templateID": "rt", "network": map[string]any{"allowPublicTraffic": false}})
+	code := `{"code":"print('pwned-' + 'x')"}`
+	hdr := map[string]string{"E2b-Sandbox-Id": s.SandboxID, "E2b-Sandbox-Port": "49999", "Content-Type": "application/json", TrafficTokenHeader: *s.TrafficAccessToken}
+	for _, conn := range []string{"", "X-Hearth-Forward-Token", "X-Hearth-Forward-Port"} {
+		h := map[string]string{"Connection": conn}
+		for k, v := range hdr {
+			h[k] = v
+		}
+		status, b := g.raw("POST", "/execute", strings.NewReader(code), h)
+		require.Equal(t, http.StatusUnauthorized, status, "Connection %q: %s", conn, b)
+		require.NotContains(t, string(b), "pwned-x")
+	}
+	status, b := g.raw("POST", "/contexts", strings.NewReader(`{"language":"python"}`), hdr)
+	require.Equal(t, http.StatusOK, status, string(b))
+	hdr["X-Access-Token"] = *s.EnvdAccessToken // what runCode sends: both
+	status, b = g.raw("POST", "/execute", strings.NewReader(`{"code":"print('ran-' + 'x')"}`), hdr)
+	require.Equal(t, http.StatusOK, status, string(b))
+	require.Contains(t, string(b), "ran-x")
+}
+
+func TestRouter_TheInterpreterPortIsExec(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	srv, _, sb := routerGatewayF(t, grants{"kube-pf": {SubresourcePortForward}, "kube-exec": {SubresourceExec}})
+	for _, port := range []string{"49999", "049999", "+49999"} {
+		for _, tc := range []struct {
+			bearer string
+			want   int
+		}{{"kube-pf", http.StatusForbidden}, {"kube-exec", http.StatusOK}, {sb.Token, http.StatusOK}} {
+			status, body := sendBody(t, srv.URL, "POST", "/execute", `{"code":"print('ran-' + 'x')"}`, map[string]string{
+				HeaderSandboxID: "demo", HeaderSandboxNamespace: "team", HeaderSandboxPort: port,
+				"Authorization": "Bearer " + tc.bearer, "Content-Type": "application/json"})
+			require.Equal(t, tc.want, status, "port %s, %s: %s", port, tc.bearer, body)
+			if tc.want == http.StatusOK {
+				require.Contains(t, body, "ran-x")
+			} else {
+				require.Contains(t, body, "sandboxes/exec")
+				require.NotContains(t, body, "ran-x")
+			}
+		}
+	}
+}
+
+func sendBody(t *testing.T, url, method, path, body string, hdr map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url+path, strings.NewReader(body))
+	require.NoError(t, err)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

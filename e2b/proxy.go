@@ -135,7 +135,9 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValu
 	}
 	// Any other port than envd's is reached through the agent's forward
 	// (agent.ForwardPortHeader), with the forward-only credential whatever
-	// admitted the request: it opens that port and never the agent's API.
+	// admitted the request: it opens that port and never the agent's API —
+	// except that the sandbox token reaches the code interpreter's port
+	// with the token (below), as only it runs code there.
 	u := upstream{route: rt, cred: credForward}
 	if port == EnvdPort {
 		u.cred = credToken
@@ -168,6 +170,13 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValu
 	case rt.token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(rt.token)) != 1:
 		writeError(w, http.StatusUnauthorized, "missing or invalid X-Access-Token for sandbox %q", id)
 		return
+	default:
+		// The sandbox token: the code interpreter's port, which runs code,
+		// gets it (the forward-only credential opens only the
+		// interpreter's context calls there).
+		if port == agent.InterpreterPort {
+			u.cred = credToken
+		}
 	}
 	g.proxyTo(w, r, u)
 }
@@ -201,7 +210,8 @@ const (
 	// credToken: the sandbox token in X-Access-Token — the agent's API.
 	credToken
 	// credForward: agent.ForwardToken in agent.ForwardTokenHeader — the
-	// forward to upstream.port and nothing else.
+	// forward to upstream.port and nothing else (on the code interpreter's
+	// port, its context calls only: no code runs).
 	credForward
 )
 

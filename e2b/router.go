@@ -25,16 +25,17 @@ import (
 // The caller proves access with either
 //   - a Kubernetes bearer token, or none (anonymous), (Authorization: Bearer) that
 //     Config.Authorizer accepts for `create sandboxes/exec` (the runtime
-//     port) or `create sandboxes/portforward` (any other port) of
+//     port, and the code interpreter's port agent.InterpreterPort, which
+//     runs code too) or `create sandboxes/portforward` (any other port) of
 //     <name> in that namespace, as kube-apiserver asks of pods — running
 //     code is a write (TokenReview + SubjectAccessReview behind a
 //     kube-apiserver; sandbox-dev's own authenticator and authorizer when
 //     embedded), or
 //   - the sandbox's own token, as that bearer token or in X-Access-Token.
 //
-// The caller's credential never reaches the agent: for the runtime API it
-// gets the sandbox token in X-Access-Token, for a port forward only the
-// forward-only credential (agent.ForwardToken).
+// The caller's credential never reaches the agent: for the runtime API and
+// the code interpreter it gets the sandbox token in X-Access-Token, for a
+// port forward only the forward-only credential (agent.ForwardToken).
 
 // Router protocol headers.
 const (
@@ -51,7 +52,8 @@ const RuntimePort = 8888
 // pods/exec and pods/portforward — running code is a write, not a read.
 const (
 	// SubresourceExec is the runtime port (RuntimePort): agent-sandbox's
-	// runtime API (execute, upload, download, list, exists).
+	// runtime API (execute, upload, download, list, exists); and the code
+	// interpreter's port (agent.InterpreterPort).
 	SubresourceExec = "exec"
 	// SubresourcePortForward is any other port of the sandbox.
 	SubresourcePortForward = "portforward"
@@ -102,8 +104,10 @@ func (g *gateway) serveRouter(w http.ResponseWriter, r *http.Request) {
 		}
 		port = n
 	}
+	// The runtime port and the code interpreter's (which the agent serves
+	// itself, and which runs code) are exec; any other port is a forward.
 	sub := SubresourceExec
-	if port != RuntimePort {
+	if port != RuntimePort && port != agent.InterpreterPort {
 		sub = SubresourcePortForward
 	}
 	bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -176,9 +180,12 @@ func (g *gateway) serveRouter(w http.ResponseWriter, r *http.Request) {
 	// The caller's credential never reaches the agent; the runtime API
 	// gets the sandbox token, a port forward only the forward token.
 	u := upstream{route: route{id: s.ID, addr: s.AgentAddr, token: s.Token}, dropAuthorization: true}
-	if port == RuntimePort {
+	switch {
+	case port == RuntimePort:
 		u.prefix, u.cred = agent.RuntimePrefix, credToken
-	} else {
+	case sub == SubresourceExec: // the code interpreter
+		u.port, u.cred = port, credToken
+	default:
 		u.port, u.cred = port, credForward
 	}
 	g.proxyTo(w, r, u)

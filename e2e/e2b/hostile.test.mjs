@@ -212,6 +212,36 @@ test('attack: a private sandbox opened by its traffic token alone never reaches 
   }, { network: { allowPublicTraffic: false } })
 })
 
+test('attack: the traffic token and a router port forward run no code in the code interpreter', async () => {
+  await withSandbox(async (sbx) => {
+    const token = await tokenOfSandbox(sbx)
+    const code = JSON.stringify({ code: 'print("pwned-" + "x")' })
+    for (const way of addressing(sbx.sandboxId, 49999)) {
+      for (const conn of [undefined, 'X-Hearth-Forward-Token', 'X-Hearth-Forward-Port', 'X-Access-Token']) {
+        const headers = { ...way.headers, 'Content-Type': 'application/json', 'E2b-Traffic-Access-Token': sbx.trafficAccessToken, ...(conn ? { Connection: conn } : {}) }
+        const r = await raw('POST', '/execute', headers, code)
+        assertRefused(r, token, `traffic token, ${way.name}, Connection: ${conn} POST /execute`)
+        assert.equal(r.status, 401, `traffic token, ${way.name}: ${r.status} ${r.body.slice(0, 200)}`)
+      }
+      // What @e2b/code-interpreter sends with the traffic token alone still works.
+      const ctx = await raw('GET', '/contexts', { ...way.headers, 'E2b-Traffic-Access-Token': sbx.trafficAccessToken })
+      assert.equal(ctx.status, 200, `context list with the traffic token: ${ctx.status} ${ctx.body.slice(0, 200)}`)
+      // The sandbox token runs code.
+      const ok = await raw('POST', '/execute', { ...way.headers, 'Content-Type': 'application/json', 'X-Access-Token': token, 'E2b-Traffic-Access-Token': sbx.trafficAccessToken }, JSON.stringify({ code: 'print("ran-" + "x")' }))
+      assert.equal(ok.status, 200, ok.body)
+      assert.match(ok.body, /ran-x/)
+    }
+  }, { network: { allowPublicTraffic: false } })
+  // Through the router, port 49999 is exec, like 8888: a port-forward grant
+  // is not enough (the read-only kubeconfig is refused naming exec).
+  const ro = tokenOf(kubeconfigRO)
+  for (const port of ['49999', '049999', '+49999']) {
+    const r = await raw('POST', '/execute', { 'X-Sandbox-ID': 'any-name', 'X-Sandbox-Port': port, Authorization: `Bearer ${ro}`, 'Content-Type': 'application/json' }, JSON.stringify({ code: 'print("pwned-")' }))
+    assert.equal(r.status, 403, `router port ${port}: ${r.status} ${r.body}`)
+    assert.match(r.body, /sandboxes\/exec/, `router port ${port} asks for exec: ${r.body}`)
+  }
+})
+
 test('attack: client-sent internal headers (forward port, forward token, sandbox id) are not trusted', async () => {
   await withSandbox(async (sbx) => {
     const token = await tokenOfSandbox(sbx)
