@@ -33,7 +33,8 @@
 // Guest paths: absolute paths are used as they are; relative ones and "~"
 // resolve, as envd's do, against the home of the request's user — the one
 // /files names in ?username=, else the one the SDK names in Authorization:
-// Basic, else Options.User — or Options.Root when that user has no home
+// Basic (never for a signed URL used without the token: the signature does
+// not cover it), else Options.User — or Options.Root when that user has no home
 // directory (also the default working directory of processes). What a
 // request creates belongs to that user (owner.go). Inside a microVM that is the guest's own
 // file system; under the sim backend it is the sandbox's own root (an

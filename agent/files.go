@@ -84,10 +84,15 @@ func (a *agent) handleGetFile(w http.ResponseWriter, r *http.Request) {
 // filesAccount is the account of a /files request: the user its username
 // query names (envd: relative paths resolve against that user's home, and
 // what is created belongs to that user; unknown is a 400), else the
-// request's processAccount.
+// request's processAccount — but for a signed URL used without the token,
+// the default account: the signature covers the username query, not
+// Authorization, which its holder could otherwise set to any user.
 func (a *agent) filesAccount(r *http.Request) (*account, error) {
 	name := r.URL.Query().Get("username")
 	if name == "" {
+		if r.Header.Get("X-Access-Token") == "" && HasFileSignature(r) {
+			return a.defaultAccount()
+		}
 		return a.processAccount(r)
 	}
 	acct, err := lookupAccount(name)

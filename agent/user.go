@@ -73,7 +73,14 @@ func (a *agent) processAccount(r *http.Request) (*account, error) {
 			return acct, nil
 		}
 	}
-	if a.o.User == "" {
+	return a.defaultAccount()
+}
+
+// defaultAccount is the account of a request that names none:
+// Options.User, or nil (the agent's own) when that is empty or the agent
+// cannot switch users.
+func (a *agent) defaultAccount() (*account, error) {
+	if os.Geteuid() != 0 || a.o.User == "" {
 		return nil, nil
 	}
 	acct, err := lookupAccount(a.o.User)

@@ -242,6 +242,32 @@ test('attack: the traffic token and a router port forward run no code in the cod
   }
 })
 
+test('attack: a signed file URL cannot be switched to another user with Authorization: Basic', async () => {
+  await withSandbox(async (sbx) => {
+    const token = await tokenOfSandbox(sbx)
+    const tag = crypto.randomBytes(4).toString('hex')
+    // What sandbox.uploadUrl(name) / downloadUrl(name) sign: no user.
+    const url = (name, op) => {
+      const sig = 'v1_' + crypto.createHash('sha256').update(`${name}:${op}::${token}`).digest('base64').replace(/=+$/, '')
+      return `/files?path=${encodeURIComponent(name)}&signature=${encodeURIComponent(sig)}`
+    }
+    const basicRoot = 'Basic ' + Buffer.from('root:').toString('base64')
+    const find = async (name) => (await run(sbx, `find / -xdev -name ${name} 2>/dev/null; true`, { asRoot: true })).stdout.trim()
+    // Where the URL's own user puts a file, and where the attack's goes.
+    const plain = await raw('POST', url(`plain-${tag}`, 'write'), { 'E2b-Sandbox-Id': sbx.sandboxId, 'Content-Type': 'application/octet-stream' }, 'x')
+    assert.equal(plain.status, 200, plain.body)
+    const home = path.dirname(await find(`plain-${tag}`))
+    const up = await raw('POST', url(`as-root-${tag}`, 'write'), { 'E2b-Sandbox-Id': sbx.sandboxId, Authorization: basicRoot, 'Content-Type': 'application/octet-stream' }, 'pwned-')
+    assert.equal(up.status, 200, up.body)
+    assert.equal(await find(`as-root-${tag}`), `${home}/as-root-${tag}`, 'the signed upload went elsewhere than its user\'s home')
+    if (home !== '/root') {
+      await run(sbx, `echo root-only > /root/read-${tag}`, { asRoot: true })
+      const down = await raw('GET', url(`read-${tag}`, 'read'), { 'E2b-Sandbox-Id': sbx.sandboxId, Authorization: basicRoot })
+      assert.ok(!down.body.includes('root-only'), `a signed download read root's file: ${down.status} ${down.body}`)
+    }
+  })
+})
+
 test('attack: client-sent internal headers (forward port, forward token, sandbox id) are not trusted', async () => {
   await withSandbox(async (sbx) => {
     const token = await tokenOfSandbox(sbx)
