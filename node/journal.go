@@ -59,6 +59,9 @@ type journal struct {
 	off    int64  // where the next record goes
 	alloc  int64  // the file's size: zeros from the last record on
 	crc    uint32 // the chain's last crc
+	// syncFile makes the file's writes durable: fdatasync; tests replace
+	// it to fail.
+	syncFile func(*os.File) error
 }
 
 // openJournal opens (creating) the journal at path and
@@ -69,7 +72,7 @@ func openJournal(path string, noSync bool) (*journal, uint64, []journalOp, error
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	j := &journal{f: f, noSync: noSync}
+	j := &journal{f: f, noSync: noSync, syncFile: fdatasync}
 	data, err := io.ReadAll(f)
 	if err != nil {
 		f.Close()
@@ -221,7 +224,7 @@ func (j *journal) sync() error {
 	if j.noSync {
 		return nil
 	}
-	if err := fdatasync(j.f); err != nil {
+	if err := j.syncFile(j.f); err != nil {
 		return fmt.Errorf("syncing the claim journal: %w", err)
 	}
 	return nil

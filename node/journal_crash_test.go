@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -353,5 +354,152 @@ func TestStore_KillNineLosesNoAcknowledgedWriteAndResurrectsNoDeletedRecord(t *t
 			}
 		}
 		t.Logf("round %d: killed after %d acknowledged puts; %d records; journal generation now %d", round, puts, len(got), max(gens[0], gens[1]))
+	}
+}
+
+// faultySync is a journal's syncFile that fails its next failures calls
+// (with EIO, as a disk does) and counts its calls.
+type faultySync struct {
+	mu       sync.Mutex
+	failures int
+	calls    int
+}
+
+func (f *faultySync) sync(*os.File) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.failures > 0 {
+		f.failures--
+		return syscall.EIO
+	}
+	return nil
+}
+
+func (f *faultySync) failNext(n int) {
+	f.mu.Lock()
+	f.failures = n
+	f.mu.Unlock()
+}
+
+// openFaulty opens a synced store whose journals' fdatasync is fs (a
+// no-op until it fails).
+func openFaulty(t *testing.T, path string, fs *faultySync) *store {
+	t.Helper()
+	st, err := openStore(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range st.journals {
+		j.syncFile = fs.sync
+	}
+	return st
+}
+
+// reopened is what the store at path holds after a crash of st (closed
+// without a checkpoint, as kill -9 leaves it).
+func reopened(t *testing.T, st *store, path string) map[string]string {
+	t.Helper()
+	_ = st.close()
+	st, err := openStore(path, true)
+	if err != nil {
+		t.Fatalf("reopening: %v", err)
+	}
+	defer st.close()
+	return boltContents(t, st)
+}
+
+func put(id string) journalOp { return journalOp{key: []byte(id), val: []byte(`{"id":"` + id + `"}`)} }
+
+// A group whose fdatasync fails is failed, and, though its records were
+// written to the file, it is never replayed: the store does not append
+// after a failed fdatasync (its file's state is then unknown — fsyncgate)
+// but checkpoints the acknowledged records from memory and starts a new
+// generation before it answers. So "failed" means not committed, even
+// across a crash right after the answer.
+func TestStore_AFailedFdatasyncIsNeitherAcknowledgedNorReplayed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.db")
+	fs := &faultySync{}
+	st := openFaulty(t, path, fs)
+	if err := st.commit(put("sb_acked")); err != nil {
+		t.Fatal(err)
+	}
+	gen := st.journals[st.active].gen
+	fs.failNext(1)
+	if err := st.commit(put("sb_failed")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a group whose fdatasync failed answered %v", err)
+	}
+	if got := st.journals[st.active].gen; got != gen+1 {
+		t.Fatalf("after a failed fdatasync the journal is at generation %d, want %d (a new one)", got, gen+1)
+	}
+	got := reopened(t, st, path)
+	if _, ok := got["sb_acked"]; !ok || len(got) != 1 {
+		t.Fatalf("after a crash following a failed fdatasync the store holds %v, want only sb_acked", slices.Sorted(maps.Keys(got)))
+	}
+}
+
+// While fdatasync keeps failing no write is acknowledged, and none is
+// appended after the first failure; once it works again the store takes
+// writes, and holds exactly the acknowledged ones.
+func TestStore_WhileFdatasyncFailsNothingIsAcknowledgedAndTheStoreRecovers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.db")
+	fs := &faultySync{}
+	st := openFaulty(t, path, fs)
+	if err := st.commit(put("sb_before")); err != nil {
+		t.Fatal(err)
+	}
+	fs.failNext(1 << 30)
+	for i := range 5 {
+		if err := st.commit(put(fmt.Sprintf("sb_failed_%d", i))); err == nil {
+			t.Fatalf("write %d acknowledged while fdatasync fails", i)
+		}
+	}
+	fs.failNext(0)
+	if err := st.commit(put("sb_after")); err != nil {
+		t.Fatalf("the first write once fdatasync works: %v", err)
+	}
+	got := reopened(t, st, path)
+	if want := []string{"sb_after", "sb_before"}; !slices.Equal(slices.Sorted(maps.Keys(got)), want) {
+		t.Fatalf("the store holds %v, want %v", slices.Sorted(maps.Keys(got)), want)
+	}
+}
+
+// A rotation whose new generation cannot be started (the other file's
+// fdatasync fails) loses nothing: the records stay in the full
+// generation, which keeps taking writes, and the next rotation succeeds.
+func TestStore_AFailedRotationLosesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.db")
+	fs := &faultySync{}
+	st := openFaulty(t, path, fs)
+	other := &faultySync{failures: 1 << 30}
+	st.journals[1].syncFile = other.sync
+	pad := strings.Repeat("x", 64<<10)
+	want := map[string]string{}
+	write := func(i int) {
+		t.Helper()
+		id := fmt.Sprintf("sb_%04d", i)
+		o := journalOp{key: []byte(id), val: fmt.Appendf(nil, `{"id":%q,"metadata":{"pad":%q}}`, id, pad)}
+		if i%5 == 4 {
+			o = journalOp{key: fmt.Appendf(nil, "sb_%04d", i-1)}
+		}
+		if err := st.commit(o); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		want = applyOps(want, []journalOp{o})
+	}
+	i := 0
+	for ; st.journals[0].size() < storeCheckpointBytes+(1<<20); i++ {
+		write(i)
+	}
+	if st.active != 0 || other.calls == 0 {
+		t.Fatalf("the rotation was not tried (active %d, %d syncs of the other file)", st.active, other.calls)
+	}
+	other.failNext(0)
+	for ; st.active == 0; i++ {
+		write(i)
+	}
+	write(i)
+	if got := reopened(t, st, path); !maps.Equal(got, want) {
+		t.Fatalf("after the failed and the good rotation the store holds %d records, want %d", len(got), len(want))
 	}
 }

@@ -68,9 +68,10 @@ type store struct {
 	// The leader's state. active indexes journals; ckpt receives the
 	// running checkpoint's result (nil when none runs); frozenGen is the
 	// frozen generation. broken is the failure of the last append: what
-	// the active journal holds past its end is then unknown, so the next
-	// group checkpoints it (synchronously) and starts a new generation
-	// first.
+	// the active journal holds past its end is then unknown, so nothing
+	// is appended to that generation again: repair checkpoints it
+	// (synchronously) and starts a new one, at once and, while that
+	// fails, before each next group.
 	active    int
 	ckpt      chan error
 	frozenGen uint64
@@ -368,16 +369,22 @@ func (s *store) lead() {
 
 // appendGroup appends the writes of batch to the active journal in one
 // pwrite and one fdatasync; a failure fails them all.
+//
+// A failed append (fsyncgate: after a failed fdatasync the file's state
+// is unknown, and a later fdatasync may succeed without having written
+// it) is never appended after: repair checkpoints the acknowledged
+// records, from memory, into bbolt and starts a new generation at once,
+// before the failed group is answered, so its records (written to the
+// file, maybe durable) are not replayed after a crash either. When the
+// repair fails, each next group tries it again before appending.
 func (s *store) appendGroup(batch []*groupWrite) error {
-	if s.broken != nil {
-		if err := s.checkpointActive(s.journals[s.active].gen); err != nil {
-			return fmt.Errorf("recovering the claim journal after %v: %w", s.broken, err)
-		}
-		s.broken = nil
+	if err := s.repair(); err != nil {
+		return err
 	}
 	if s.beforeAppend != nil {
 		if err := s.beforeAppend(len(batch)); err != nil {
 			s.broken = err
+			_ = s.repair()
 			return err
 		}
 	}
@@ -387,9 +394,24 @@ func (s *store) appendGroup(batch []*groupWrite) error {
 	}
 	if err := s.journals[s.active].append(ops); err != nil {
 		s.broken = err
+		_ = s.repair()
 		return err
 	}
 	s.remember(ops)
+	return nil
+}
+
+// repair, after a failed append (s.broken), checkpoints the active
+// generation's acknowledged records and starts the next one in its file.
+// Called by the leader.
+func (s *store) repair() error {
+	if s.broken == nil {
+		return nil
+	}
+	if err := s.checkpointActive(s.journals[s.active].gen); err != nil {
+		return fmt.Errorf("recovering the claim journal after %v: %w", s.broken, err)
+	}
+	s.broken = nil
 	return nil
 }
 
