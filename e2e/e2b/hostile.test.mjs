@@ -570,6 +570,16 @@ test('attack: guest root cannot create namespaces, mount, or configure links; su
   })
 })
 
+test('attack: guest root opens no vsock socket (the host\'s and its hypervisor\'s vsock services)', { skip: !sim && 'a VM guest has its own kernel' }, async () => {
+  await withSandbox(async (sbx) => {
+    // vsock is no network namespace's: on a node that is itself a VM, CID 2
+    // is its hypervisor. Refused with EPERM, as Docker refuses it.
+    const r = await run(sbx, "python3 -c 'import socket; s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM); s.connect((2, 1024))'", { asRoot: true })
+    assert.notEqual(r.exitCode, 0, 'a vsock socket opened and connected')
+    assert.match(r.stderr, /PermissionError|Operation not permitted/, `not refused by the filter: ${r.stderr}`)
+  })
+})
+
 test('attack: one sandbox cannot take the host file table or process table', { skip: !sim && 'a VM guest has its own kernel' }, async () => {
   await withSandbox(async (sbx) => {
     const hard = Number((await run(sbx, 'ulimit -Hn', { asRoot: true })).stdout.trim())

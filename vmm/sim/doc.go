@@ -104,8 +104,10 @@
 // has), as well as every mount call (mount, umount2, pivot_root, open_tree,
 // move_mount, fsopen, fsconfig, fsmount, fspick, mount_setattr), keyrings,
 // bpf, perf_event_open, userfaultfd, io_uring, syslog, sethostname, NUMA
-// memory policies, module, kexec, swap, I/O-port and a few more calls
-// (EPERM); clone3 returns ENOSYS (libc falls back to clone, whose flags
+// memory policies, module, kexec, swap, I/O-port and a few more calls,
+// and vsock sockets (socket(AF_VSOCK): vsock is no network namespace's, so
+// the host's and its hypervisor's vsock services would answer; Docker
+// refuses them too) (EPERM); clone3 returns ENOSYS (libc falls back to clone, whose flags
 // are checked); a foreign architecture kills the process.
 //
 // The mount, pid and network namespaces belong to the initial user

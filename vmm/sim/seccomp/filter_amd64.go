@@ -47,11 +47,13 @@ var enosysSyscalls = []uintptr{unix.SYS_CLONE3}
 const cloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS |
 	unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
 
-// namespaceSyscalls fail with EPERM when their first argument has one of
-// the flags.
-var namespaceSyscalls = []flagCheck{
-	{unix.SYS_CLONE, cloneNamespaces},
-	{unix.SYS_UNSHARE, cloneNamespaces | unix.CLONE_NEWTIME},
+// argSyscalls fail with EPERM when their first argument has one of the
+// flags (clone and unshare making a namespace) or is the value (a vsock
+// socket).
+var argSyscalls = []flagCheck{
+	{nr: unix.SYS_CLONE, flags: cloneNamespaces},
+	{nr: unix.SYS_UNSHARE, flags: cloneNamespaces | unix.CLONE_NEWTIME},
+	{nr: unix.SYS_SOCKET, flags: unix.AF_VSOCK, equal: true},
 }
 
 // x32Bit marks the x32 ABI's syscall numbers, refused wholesale.

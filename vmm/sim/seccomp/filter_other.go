@@ -7,9 +7,9 @@ package seccomp
 const auditArch = 0
 
 var (
-	deniedSyscalls    []uintptr
-	enosysSyscalls    []uintptr
-	namespaceSyscalls []flagCheck
+	deniedSyscalls []uintptr
+	enosysSyscalls []uintptr
+	argSyscalls    []flagCheck
 )
 
 const x32Bit = 0

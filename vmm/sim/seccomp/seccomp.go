@@ -22,19 +22,23 @@ const EnvVar = "HEARTH_SIM_SECCOMP"
 // Supported reports whether this architecture has a filter.
 func Supported() bool { return auditArch != 0 }
 
-// flagCheck refuses a syscall whose first argument has any of flags.
+// flagCheck refuses a syscall whose first argument has any of flags (or,
+// with equal, is flags).
 type flagCheck struct {
 	nr    uintptr
 	flags uint32
+	equal bool
 }
 
 // Filter returns the classic BPF program every VM process runs
 // under (nil where the architecture has none): wrong architecture → kill;
-// x32 numbers, deniedSyscalls (mounts, setns, keyrings, bpf...) and
-// clone/unshare making a namespace of any kind → EPERM (a nested user
-// namespace would open most of the kernel to the guest's root; the others
-// need capabilities the guest does not have, refused here as well); clone3
-// → ENOSYS; everything else allowed.
+// x32 numbers, deniedSyscalls (mounts, setns, keyrings, bpf...),
+// clone/unshare making a namespace of any kind (a nested user namespace
+// would open most of the kernel to the guest's root; the others need
+// capabilities the guest does not have, refused here as well) and
+// socket(AF_VSOCK) (vsock belongs to no network namespace: the host's and
+// its hypervisor's vsock services would answer the guest; Docker refuses it
+// too) → EPERM; clone3 → ENOSYS; everything else allowed.
 func Filter() []unix.SockFilter {
 	if auditArch == 0 {
 		return nil
@@ -74,14 +78,18 @@ func Filter() []unix.SockFilter {
 			stmt(unix.BPF_RET|unix.BPF_K, retErrno(unix.ENOSYS)),
 		)
 	}
-	for _, c := range namespaceSyscalls {
-		// if nr matches: load arg0; if it has one of the flags → EPERM,
-		// else allow; otherwise fall through (the accumulator still holds
-		// nr).
+	for _, c := range argSyscalls {
+		// if nr matches: load arg0; if it has one of the flags (is the
+		// value) → EPERM, else allow; otherwise fall through (the
+		// accumulator still holds nr).
+		test := uint16(unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K)
+		if c.equal {
+			test = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		}
 		p = append(p,
 			jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, uint32(c.nr), 0, 4),
 			stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArg0),
-			jump(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, c.flags, 0, 1),
+			jump(test, c.flags, 0, 1),
 			stmt(unix.BPF_RET|unix.BPF_K, retErrno(unix.EPERM)),
 			stmt(unix.BPF_RET|unix.BPF_K, unix.SECCOMP_RET_ALLOW),
 		)

@@ -97,6 +97,11 @@ func child(t *testing.T) {
 		"unshare(FS)":            {errno(unix.SYS_UNSHARE, unix.CLONE_FS), nil},
 		"unshare(FILES|SYSVSEM)": {errno(unix.SYS_UNSHARE, unix.CLONE_FILES|unix.CLONE_SYSVSEM), nil},
 		"getpid":                 {errno(unix.SYS_GETPID), nil},
+		// vsock is no network namespace's: the host's (or its
+		// hypervisor's) vsock services would answer the guest.
+		"socket(AF_VSOCK)": {errno(unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM, 0), unix.EPERM},
+		"socket(AF_INET)":  {errno(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, 0), nil},
+		"socket(AF_UNIX)":  {errno(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM, 0), nil},
 	}
 	for _, flag := range []uintptr{unix.CLONE_NEWUSER, unix.CLONE_NEWNS, unix.CLONE_NEWNET, unix.CLONE_NEWPID,
 		unix.CLONE_NEWUTS, unix.CLONE_NEWIPC, unix.CLONE_NEWCGROUP, unix.CLONE_NEWTIME} {
