@@ -503,3 +503,55 @@ func TestStore_AFailedRotationLosesNothing(t *testing.T) {
 		t.Fatalf("after the failed and the good rotation the store holds %d records, want %d", len(got), len(want))
 	}
 }
+
+// Closing the store while a group commit is in flight (Node.Close gives up
+// waiting for API operations at its deadline) waits for it: the write is
+// appended and synced to the open file and answered, never written to a
+// closed (or reused) descriptor; a write after close fails.
+func TestStore_CloseWaitsForTheGroupCommitInFlight(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.db")
+	st, err := openStore(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	st.beforeAppend = func(int) error {
+		close(entered)
+		<-release
+		return nil
+	}
+	wrote := make(chan error, 1)
+	go func() { wrote <- st.commit(put("sb_in_flight")) }()
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- st.close() }()
+	waitFor(t, func() bool {
+		select {
+		case err := <-closed:
+			closed <- err
+			return true
+		default:
+		}
+		st.group.mu.Lock()
+		defer st.group.mu.Unlock()
+		return st.group.closed
+	})
+	select {
+	case <-closed:
+		t.Fatal("close returned while a group commit was in flight")
+	default:
+	}
+	close(release)
+	if err := <-wrote; err != nil {
+		t.Fatalf("the write in flight at close: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if err := st.commit(put("sb_late")); !errors.Is(err, errStoreClosed) {
+		t.Fatalf("a write after close answered %v", err)
+	}
+	if got := reopened(t, st, path); !slices.Equal(slices.Sorted(maps.Keys(got)), []string{"sb_in_flight"}) {
+		t.Fatalf("after close the store holds %v", slices.Sorted(maps.Keys(got)))
+	}
+}

@@ -102,7 +102,14 @@ type groupCommit struct {
 	pending []*groupWrite
 	// leading is true while some writer is appending (the leader).
 	leading bool
+	// closed refuses new writes (store.close); idle, when not nil, is
+	// closed when the lead is given up, for close to wait on.
+	closed bool
+	idle   chan struct{}
 }
+
+// errStoreClosed fails a write that comes after store.close.
+var errStoreClosed = errors.New("the claim store is closed")
 
 // groupWrite is one caller's write waiting in a group commit.
 type groupWrite struct {
@@ -178,10 +185,23 @@ func openStore(path string, noSync bool) (*store, error) {
 	return s, nil
 }
 
-// close waits for a running checkpoint and closes the files. It does not
-// checkpoint: the next open replays the journals, as after a crash. Call
-// it with no write in flight.
+// close refuses new writes, waits for the group commit in flight (the
+// writes queued before it are answered) and a running checkpoint, and
+// closes the files. It does not checkpoint: the next open replays the
+// journals, as after a crash.
 func (s *store) close() error {
+	g := &s.group
+	g.mu.Lock()
+	g.closed = true
+	var idle chan struct{}
+	if g.leading {
+		idle = make(chan struct{})
+		g.idle = idle
+	}
+	g.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
 	if s.ckpt != nil {
 		<-s.ckpt
 		s.ckpt = nil
@@ -316,6 +336,10 @@ func (s *store) commit(ops ...journalOp) error {
 	w := &groupWrite{ops: ops, done: make(chan struct{}), lead: make(chan struct{})}
 	g := &s.group
 	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return errStoreClosed
+	}
 	g.pending = append(g.pending, w)
 	lead := !g.leading
 	if lead {
@@ -361,6 +385,10 @@ func (s *store) lead() {
 	g.mu.Lock()
 	if len(g.pending) == 0 {
 		g.leading = false
+		if g.idle != nil {
+			close(g.idle)
+			g.idle = nil
+		}
 	} else {
 		close(g.pending[0].lead)
 	}
