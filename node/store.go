@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -174,6 +176,14 @@ func openStore(path string, noSync bool) (*store, error) {
 		}
 		last = max(last, g)
 	}
+	// The files' names must be as durable as their records: a new file's
+	// fdatasync does not make its directory entry durable.
+	if !noSync {
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
 	slices.SortFunc(gens, func(a, b gen) int { return cmp.Compare(a.gen, b.gen) })
 	for _, g := range gens {
 		s.remember(g.ops)
@@ -183,6 +193,23 @@ func openStore(path string, noSync bool) (*store, error) {
 		return nil, fmt.Errorf("replaying the claim journal: %w", err)
 	}
 	return s, nil
+}
+
+// syncDir makes the entries of directory dir (files created in it)
+// durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("syncing the directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 // close refuses new writes, waits for the group commit in flight (the
