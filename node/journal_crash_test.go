@@ -555,3 +555,38 @@ func TestStore_CloseWaitsForTheGroupCommitInFlight(t *testing.T) {
 		t.Fatalf("after close the store holds %v", slices.Sorted(maps.Keys(got)))
 	}
 }
+
+// Journal files whose bbolt file is gone (an operator removed node.db to
+// start the node afresh) are not replayed into the new one: their claims
+// belong to a table that no longer exists. Their generations are not
+// reused either, so they are never replayed later.
+func TestStore_JournalsOfARemovedStoreAreNotReplayed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.db")
+	st, err := openStore(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.commit(put("sb_of_the_old_table")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		st, err := openStore(path, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := boltContents(t, st)
+		if err := st.commit(put("sb_new")); err != nil {
+			t.Fatal(err)
+		}
+		_ = st.close()
+		if _, ok := got["sb_of_the_old_table"]; ok {
+			t.Fatalf("a new node.db holds %v: the old table's journal was replayed into it", slices.Sorted(maps.Keys(got)))
+		}
+	}
+}

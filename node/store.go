@@ -139,6 +139,11 @@ func openStore(path string, noSync bool) (*store, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	var done uint64 // the last generation checkpointed
+	// journaled: bbolt has a journal generation, so the journals are
+	// this file's. Without one (a new node.db, or an operator removed
+	// it) records left in journal files belong to no store here and are
+	// not replayed: they would bring back claims of a table that is gone.
+	journaled := false
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketSandboxes, bucketSnapshots, bucketMeta} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -146,7 +151,7 @@ func openStore(path string, noSync bool) (*store, error) {
 			}
 		}
 		if v := tx.Bucket(bucketMeta).Get(keyJournalGen); len(v) == 8 {
-			done = binary.LittleEndian.Uint64(v)
+			done, journaled = binary.LittleEndian.Uint64(v), true
 		}
 		return nil
 	})
@@ -171,7 +176,7 @@ func openStore(path string, noSync bool) (*store, error) {
 			return nil, fmt.Errorf("opening the claim journal: %w", err)
 		}
 		s.journals[i] = j
-		if g > done {
+		if journaled && g > done {
 			gens = append(gens, gen{g, ops})
 		}
 		last = max(last, g)
