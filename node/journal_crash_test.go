@@ -16,6 +16,8 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 // crashOps is a small journal generation: puts, an overwrite, deletes.
@@ -588,5 +590,43 @@ func TestStore_JournalsOfARemovedStoreAreNotReplayed(t *testing.T) {
 		if _, ok := got["sb_of_the_old_table"]; ok {
 			t.Fatalf("a new node.db holds %v: the old table's journal was replayed into it", slices.Sorted(maps.Keys(got)))
 		}
+	}
+}
+
+// A release whose record cannot be deleted (the disk fails) is not
+// acknowledged: it answers 500 and the sandbox stays claimed, so a retry
+// releases it — acknowledged, it would have come back at the next start
+// (the record stays in the store).
+func TestRelease_ARecordThatCannotBeDeletedFailsTheReleaseAndKeepsTheSandbox(t *testing.T) {
+	tn := startNode(t, newFakeDriver(), nil)
+	if _, err := tn.root.PutPools(bg, pools("img", 1)); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 1)
+	a, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := &faultySync{}
+	for _, j := range tn.store.journals {
+		j.syncFile = fs.sync
+	}
+	fs.failNext(1 << 30)
+	if err := tn.root.Release(bg, a.ID); nodeapi.StatusOf(err) != 500 {
+		t.Fatalf("a release whose record could not be deleted answered %v", err)
+	}
+	if _, err := tn.root.Get(bg, a.ID); err != nil {
+		t.Fatalf("after the failed release: %v; the sandbox should still be there", err)
+	}
+	fs.failNext(0)
+	if err := tn.root.Release(bg, a.ID); err != nil {
+		t.Fatalf("the retried release: %v", err)
+	}
+	if _, err := tn.root.Get(bg, a.ID); nodeapi.StatusOf(err) != 404 {
+		t.Fatalf("released sandbox still there: %v", err)
+	}
+	recs, err := tn.store.sandboxes()
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("the store still holds %d records (%v) after the release", len(recs), err)
 	}
 }

@@ -183,15 +183,20 @@ func (n *Node) remove(ctx context.Context, id string, onlyExpired bool) error {
 		n.mu.Unlock()
 		return errorf(http.StatusConflict, "lease was renewed")
 	}
-	n.tab.remove(id)
 	h := sb.rec.Handle
 	n.mu.Unlock()
-	sb.gone = true
 	// Forget first, then destroy: a crash in between leaves an orphan that
-	// the next start destroys, never a record without a VM.
+	// the next start destroys, never a record without a VM. A record that
+	// cannot be deleted (the store failed) fails the release and keeps the
+	// sandbox, for a retry: answered, it would come back at the next
+	// start. sb.mu, held, keeps every other change of it out meanwhile.
 	if err := n.store.deleteSandbox(id); err != nil {
-		n.log.Error(err, "Deleting a sandbox record", "id", id)
+		return fmt.Errorf("recording the release: %w", err)
 	}
+	n.mu.Lock()
+	n.tab.remove(id)
+	n.mu.Unlock()
+	sb.gone = true
 	if err := n.driver.Destroy(context.WithoutCancel(ctx), h); err != nil {
 		n.log.Error(err, "Destroying a released sandbox", "id", id, "vm", h.ID)
 	}
