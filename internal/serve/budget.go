@@ -80,14 +80,17 @@ func (l Limits) orDefault() Limits {
 // listener it wraps (Budget.Listen, Listen): a cap on the whole, a cap per
 // source address, and a deadline for a new connection's first request.
 // A connection is pending until it has sent a full request (its headers
-// and its whole body); once it has, it is never closed to make room, while
-// it serves a request nor while it idles between requests. A newcomer from
-// a source at its cap takes the place of that source's oldest pending
-// connection; one arriving at a full budget, of the oldest pending
-// connection of any source; when there is none, the newcomer is closed at
-// once. A client that sends its request at once thus always gets a
-// connection, however many connections another client holds open without
-// finishing a request.
+// and its whole body); once it has, it is never closed to make room while
+// it serves a request. A newcomer from a source at its cap takes the place
+// of that source's oldest pending connection, and is closed at once when
+// there is none; one arriving at a full budget, of the oldest pending
+// connection of any source, or when none is pending, of a keep-alive
+// connection idle between requests (none in flight for idleGrace) —
+// sources enough to fill the budget with connections that each carried
+// one request (many IPv6 /64s) would otherwise keep every newcomer out;
+// when there is neither, the newcomer is closed at once. A client that
+// sends its request at once thus always gets a connection, however many
+// connections other clients hold open without a request in flight.
 //
 // A server learns which connections have sent a full request through
 // Track (NewServer installs it); a connection whose requests never reach
@@ -175,7 +178,7 @@ func (l *listener) Accept() (net.Conn, error) {
 func (b *Budget) admit(c net.Conn) *conn {
 	src := source(c.RemoteAddr())
 	b.mu.Lock()
-	e, victim, ok := b.led.admit(src, caps{total: b.lim.MaxConns, perSource: b.lim.MaxConnsPerSource})
+	e, victim, ok := b.led.admit(src, caps{total: b.lim.MaxConns, perSource: b.lim.MaxConnsPerSource}, idleNow(time.Now()))
 	var tc *conn
 	if ok {
 		tc = &conn{Conn: c, b: b, e: e}
@@ -240,6 +243,32 @@ type conn struct {
 
 	headers, full atomic.Bool
 	once          sync.Once
+	// active counts its requests in flight (Track); ended is when the last
+	// one ended (unix nanoseconds).
+	active atomic.Int32
+	ended  atomic.Int64
+}
+
+// idleGrace is how long a connection must have had no request in flight
+// to give way at a full budget: its answer has left, and a keep-alive
+// client that sends its requests back to back is left alone.
+const idleGrace = time.Second
+
+// idleNow is the ledger's idle test at now: a connection with no request
+// in flight since idleGrace (one of a server Track does not see never is).
+func idleNow(now time.Time) func(*entry) bool {
+	return func(e *entry) bool {
+		c := e.conn
+		return c != nil && c.active.Load() == 0 && c.ended.Load() != 0 && now.UnixNano()-c.ended.Load() >= int64(idleGrace)
+	}
+}
+
+// begin and end bracket a request on c (Track).
+func (c *conn) begin() { c.active.Add(1) }
+
+func (c *conn) end() {
+	c.ended.Store(time.Now().UnixNano())
+	c.active.Add(-1)
 }
 
 // Close closes the connection and gives its place back to the budget.
@@ -323,13 +352,17 @@ func connOf(r *http.Request) *conn {
 // request has arrived: its headers at once (the connection's first-request
 // deadline stops), its body once read to the end — or at once when it has
 // none — after which the connection is no longer pending, never closed to
-// make room. NewServer installs it; a server built elsewhere over a
+// make room while a request is in flight on it (its handler has not
+// returned), and only at a full budget with nothing pending once idle
+// since idleGrace. NewServer installs it; a server built elsewhere over a
 // Budget's listener (the API server) installs it outermost, before
 // anything that rewrites RemoteAddr. A request whose connection no Budget
 // admitted passes through.
 func Track(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c := connOf(r); c != nil {
+			c.begin()
+			defer c.end()
 			c.sawHeaders()
 			if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 				c.sawRequest()

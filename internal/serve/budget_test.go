@@ -321,6 +321,62 @@ func TestBudget_ASourceAtItsCapWithNothingPendingRefusesANewcomer(t *testing.T) 
 	}
 }
 
+// Many sources (an IPv6 /56 is 256 /64s) each holding their cap in
+// keep-alive connections that carried one request and idle since — cheap
+// to keep: a request now and then — fill the whole budget with nothing
+// pending. A fresh client is still answered: at a full budget an idle
+// connection (no request in flight for idleGrace) gives way when no
+// pending one can; one serving a request never does.
+func TestBudget_IdleConnectionsOfManySourcesGiveWayToAFreshClient(t *testing.T) {
+	const sources, perSource = 4, 2
+	b := NewBudget(Limits{MaxConns: sources * perSource, MaxConnsPerSource: perSource, FirstRequest: time.Minute})
+	release := make(chan struct{})
+	defer close(release)
+	addr := startOn(t, b, routes(release))
+	from := func(i int) *keepAlive {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(10+i))}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Skipf("no loopback address 127.0.0.%d: %v", 10+i, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return &keepAlive{c: c, br: bufio.NewReader(c)}
+	}
+	busy := from(0)
+	if err := busy.send("/block"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < sources; i++ {
+		for j := 0; j < perSource; j++ {
+			if i == 0 && j == 0 {
+				continue // busy
+			}
+			if _, err := from(i).get("/healthz"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	await(t, "a full budget with nothing pending", func() bool { s := b.Stats(); return s.Open == sources*perSource && s.Pending == 0 })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := healthz(addr, 2*time.Second)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a fresh client under a budget full of idle connections: %v (stats %+v)", err, b.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s := b.Stats(); s.Evicted == 0 || s.Open > sources*perSource {
+		t.Fatalf("stats %+v", s)
+	}
+	release <- struct{}{}
+	if body, err := busy.answer(5 * time.Second); err != nil || body != "released\n" {
+		t.Fatalf("the connection serving a request was closed: %q %v", body, err)
+	}
+}
+
 // Track finds its connection by address under a server it did not build,
 // over TLS and HTTP/2 as the API server serves: after a request the
 // connection is no longer pending.

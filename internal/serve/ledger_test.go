@@ -8,7 +8,8 @@ import (
 
 // Each step is one event: "a<s1" opens a from source s1 (nothing given
 // up), "b<s1=a" opens b, which takes a's place, "c<s1!" is refused, "+a"
-// is a's full request, "-a" closes a.
+// is a's full request (then serving it), "~a" a's request ended long
+// enough ago (idle), "-a" closes a.
 func TestLedger_AdmitGivesUpTheOldestPendingConnection(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -29,15 +30,24 @@ func TestLedger_AdmitGivesUpTheOldestPendingConnection(t *testing.T) {
 		{"a full request after being given up is a no-op", caps{10, 1}, []string{"a<s1", "b<s1=a", "+a", "c<s1=b"}, 1, 1},
 		{"no caps", caps{-1, -1}, []string{"a<s1", "b<s1", "c<s1", "+b"}, 3, 2},
 		{"the source cap applies before the budget's", caps{2, 1}, []string{"a<s1", "b<s2", "c<s1=a", "-b", "+c", "d<s2", "e<s3=d"}, 2, 1},
+		{"a full budget with nothing pending gives up an idle connection", caps{3, 1}, []string{"a<s1", "b<s2", "c<s3", "+a", "+b", "+c", "~b", "d<s4=b"}, 3, 1},
+		{"a full budget gives up a pending connection before an idle one", caps{2, -1}, []string{"a<s1", "b<s2", "+a", "~a", "c<s3=b"}, 2, 1},
+		{"a full budget never gives up a connection serving a request", caps{2, -1}, []string{"a<s1", "b<s2", "+a", "+b", "c<s3!"}, 2, 0},
+		{"a source at its cap keeps its idle connections", caps{10, 1}, []string{"a<s1", "+a", "~a", "b<s1!"}, 1, 0},
+		{"an idle connection given up is forgotten", caps{2, -1}, []string{"a<s1", "b<s2", "+a", "+b", "~a", "~b", "c<s3=a", "+c", "d<s4=b", "+d", "e<s5!"}, 2, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var l ledger
 			named := map[string]*entry{}
 			name := map[*entry]string{}
+			idle := map[*entry]bool{}
 			for _, st := range tc.steps {
 				switch st[0] {
 				case '+':
 					l.complete(named[st[1:]])
+					continue
+				case '~':
+					idle[named[st[1:]]] = true
 					continue
 				case '-':
 					l.drop(named[st[1:]])
@@ -47,7 +57,7 @@ func TestLedger_AdmitGivesUpTheOldestPendingConnection(t *testing.T) {
 				src, want, _ := strings.Cut(rest, "=")
 				refuse := strings.HasSuffix(src, "!")
 				src = strings.TrimSuffix(src, "!")
-				e, victim, ok := l.admit(src, tc.caps)
+				e, victim, ok := l.admit(src, tc.caps, func(e *entry) bool { return idle[e] })
 				if ok == refuse {
 					t.Fatalf("%s: admitted %v, want %v", st, ok, !refuse)
 				}
@@ -60,6 +70,9 @@ func TestLedger_AdmitGivesUpTheOldestPendingConnection(t *testing.T) {
 			}
 			if l.open != tc.open || l.pending.Len() != tc.pend {
 				t.Fatalf("open %d pending %d, want %d %d", l.open, l.pending.Len(), tc.open, tc.pend)
+			}
+			if l.pending.Len()+l.settled.Len() != l.open {
+				t.Fatalf("pending %d + settled %d, open %d", l.pending.Len(), l.settled.Len(), l.open)
 			}
 			n := 0
 			for _, s := range l.sources {

@@ -5,10 +5,11 @@
 // connection Budget shared by every listener of the process and sized to
 // its file-descriptor limit, with a cap per source address and a deadline
 // for a new connection's first request. At a cap, a connection that has
-// not yet sent a full request gives way to a newcomer, so a client that
-// sends its request at once (a health probe, an authenticated caller)
-// always gets through, and a connection that has sent one is never closed
-// to make room.
+// not yet sent a full request gives way to a newcomer (at the process's
+// cap, when none has, a keep-alive connection idle between requests), so
+// a client that sends its request at once (a health probe, an
+// authenticated caller) always gets through, and a connection serving a
+// request is never closed to make room.
 //
 // It owns no routes and no listeners' addresses: callers pass the handler
 // and the listener, and say which of their routes stream.
