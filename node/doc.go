@@ -79,7 +79,9 @@
 // flight share the next one (leader-follower group commit; see store.go),
 // so the fsync costs latency, not throughput. Full journal generations are
 // checkpointed into bbolt in the background; New replays what bbolt does
-// not hold yet. Config.StoreNoSync turns the fsync off (development only).
+// not hold yet. A change whose append fails is answered as failed and is
+// not replayed after a crash (a release then keeps the sandbox: 500, retry
+// it). Config.StoreNoSync turns the fsync off (development only).
 //
 // Restart: New re-adopts every recorded sandbox through Driver.Restore,
 // then destroys every VM under the driver's root that the table does not

@@ -27,6 +27,12 @@ import (
 // or crc does not fit, which is where the last write ended, torn or not.
 // A reset (a new generation) writes a new salt, so the records of earlier
 // generations still in the file no longer chain and are never replayed.
+//
+// Like SQLite's WAL (its "powersafe overwrite") the journal assumes that a
+// power loss during a write does not damage bytes of the same sector the
+// write did not change: an append rewrites the partial sector holding the
+// tail of the records already acknowledged, and the first sector holds the
+// header too.
 
 const (
 	journalMagic = "HEARTHJ1"

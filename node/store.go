@@ -51,9 +51,18 @@ type poolTarget struct {
 // leader starts the next generation in the other file and, in the
 // background, applies the full one to bbolt's sandboxes bucket in one
 // transaction that also records its generation (a checkpoint), so appends
-// never wait for a checkpoint unless the next one is due first. Opening
-// the store replays, in order, the generations bbolt does not hold yet,
-// and checkpoints them.
+// never wait for a checkpoint unless the next one is due first. A file
+// is reset to a new generation only once the generation it held is in
+// bbolt, synced. Opening the store replays, in order, the generations
+// bbolt does not hold yet (none when bbolt holds no generation at all:
+// the journals are then not this node.db's), and checkpoints them.
+//
+// A failed write was not committed: a group whose append fails (an
+// fdatasync error) is failed, and before it is answered the acknowledged
+// records are checkpointed from memory and a new generation started (see
+// appendGroup), so its records are not replayed after a crash — unless
+// that repair fails too (the disk keeps failing), when their outcome is
+// unknown, as with any store.
 type store struct {
 	db       *bolt.DB
 	noSync   bool
