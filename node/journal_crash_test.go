@@ -411,7 +411,9 @@ func reopened(t *testing.T, st *store, path string) map[string]string {
 	return boltContents(t, st)
 }
 
-func put(id string) journalOp { return journalOp{key: []byte(id), val: []byte(`{"id":"` + id + `"}`)} }
+func putOp(id string) journalOp {
+	return journalOp{key: []byte(id), val: []byte(`{"id":"` + id + `"}`)}
+}
 
 // A group whose fdatasync fails is failed, and, though its records were
 // written to the file, it is never replayed: the store does not append
@@ -423,12 +425,12 @@ func TestStore_AFailedFdatasyncIsNeitherAcknowledgedNorReplayed(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node.db")
 	fs := &faultySync{}
 	st := openFaulty(t, path, fs)
-	if err := st.commit(put("sb_acked")); err != nil {
+	if err := st.commit(putOp("sb_acked")); err != nil {
 		t.Fatal(err)
 	}
 	gen := st.journals[st.active].gen
 	fs.failNext(1)
-	if err := st.commit(put("sb_failed")); !errors.Is(err, syscall.EIO) {
+	if err := st.commit(putOp("sb_failed")); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("a group whose fdatasync failed answered %v", err)
 	}
 	if got := st.journals[st.active].gen; got != gen+1 {
@@ -447,17 +449,17 @@ func TestStore_WhileFdatasyncFailsNothingIsAcknowledgedAndTheStoreRecovers(t *te
 	path := filepath.Join(t.TempDir(), "node.db")
 	fs := &faultySync{}
 	st := openFaulty(t, path, fs)
-	if err := st.commit(put("sb_before")); err != nil {
+	if err := st.commit(putOp("sb_before")); err != nil {
 		t.Fatal(err)
 	}
 	fs.failNext(1 << 30)
 	for i := range 5 {
-		if err := st.commit(put(fmt.Sprintf("sb_failed_%d", i))); err == nil {
+		if err := st.commit(putOp(fmt.Sprintf("sb_failed_%d", i))); err == nil {
 			t.Fatalf("write %d acknowledged while fdatasync fails", i)
 		}
 	}
 	fs.failNext(0)
-	if err := st.commit(put("sb_after")); err != nil {
+	if err := st.commit(putOp("sb_after")); err != nil {
 		t.Fatalf("the first write once fdatasync works: %v", err)
 	}
 	got := reopened(t, st, path)
@@ -523,7 +525,7 @@ func TestStore_CloseWaitsForTheGroupCommitInFlight(t *testing.T) {
 		return nil
 	}
 	wrote := make(chan error, 1)
-	go func() { wrote <- st.commit(put("sb_in_flight")) }()
+	go func() { wrote <- st.commit(putOp("sb_in_flight")) }()
 	<-entered
 	closed := make(chan error, 1)
 	go func() { closed <- st.close() }()
@@ -550,7 +552,7 @@ func TestStore_CloseWaitsForTheGroupCommitInFlight(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	if err := st.commit(put("sb_late")); !errors.Is(err, errStoreClosed) {
+	if err := st.commit(putOp("sb_late")); !errors.Is(err, errStoreClosed) {
 		t.Fatalf("a write after close answered %v", err)
 	}
 	if got := reopened(t, st, path); !slices.Equal(slices.Sorted(maps.Keys(got)), []string{"sb_in_flight"}) {
@@ -568,7 +570,7 @@ func TestStore_JournalsOfARemovedStoreAreNotReplayed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.commit(put("sb_of_the_old_table")); err != nil {
+	if err := st.commit(putOp("sb_of_the_old_table")); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.close(); err != nil {
@@ -583,7 +585,7 @@ func TestStore_JournalsOfARemovedStoreAreNotReplayed(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := boltContents(t, st)
-		if err := st.commit(put("sb_new")); err != nil {
+		if err := st.commit(putOp("sb_new")); err != nil {
 			t.Fatal(err)
 		}
 		_ = st.close()
@@ -628,5 +630,16 @@ func TestRelease_ARecordThatCannotBeDeletedFailsTheReleaseAndKeepsTheSandbox(t *
 	recs, err := tn.store.sandboxes()
 	if err != nil || len(recs) != 0 {
 		t.Fatalf("the store still holds %d records (%v) after the release", len(recs), err)
+	}
+}
+
+// A node configured with nothing about durability syncs its claim store:
+// StoreNoSync (development and benchmarks) is off unless set, and no
+// daemon flag sets it.
+func TestNode_DefaultConfigSyncsTheClaimStore(t *testing.T) {
+	tn := startNode(t, newFakeDriver(), nil)
+	st := tn.store
+	if st.noSync || st.db.NoSync || st.journals[0].noSync || st.journals[1].noSync {
+		t.Fatal("a node with the default config does not sync its claim store")
 	}
 }
