@@ -78,3 +78,65 @@ func TestDataPlane_SignedFileURLs(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, get("GET", expired))
 	require.JSONEq(t, `{"code":401,"message":"signature is already expired"}`, string(body), "e2b's answer, which its SDK's users match")
 }
+
+// TestDataPlane_AutoResumeNeedsTheRequestToBeAdmitted: a paused sandbox
+// with autoResume is resumed by a request the data plane admits — its
+// token, its traffic token, a valid signed URL, or anyone on a public port
+// of a public sandbox, as on e2b — never by one it is about to refuse: a
+// fake token, a fake traffic token or signature, or no credential on a
+// private sandbox's port or on the agent's own, each a 401 that leaves it
+// paused.
+func TestDataPlane_AutoResumeNeedsTheRequestToBeAdmitted(t *testing.T) {
+	g := startGateway(t)
+	fake := "f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0"
+	for _, public := range []bool{false, true} {
+		s := g.create(map[string]any{"templateID": "rt", "autoPause": true, "autoResume": map[string]any{"enabled": true},
+			"network": map[string]any{"allowPublicTraffic": public}})
+		paused := func() bool {
+			var d detailJSON
+			g.call("GET", "/sandboxes/"+s.SandboxID, nil, &d)
+			return d.State == "paused"
+		}
+		resp, _ := g.call("POST", "/sandboxes/"+s.SandboxID+"/pause", nil, nil)
+		require.Equal(t, http.StatusNoContent, resp.StatusCode)
+		id := map[string]string{"E2b-Sandbox-Id": s.SandboxID}
+		with := func(kv ...string) map[string]string {
+			h := map[string]string{}
+			for k, v := range id {
+				h[k] = v
+			}
+			for i := 0; i+1 < len(kv); i += 2 {
+				h[kv[i]] = kv[i+1]
+			}
+			return h
+		}
+		sig := url.Values{"path": {"f.txt"}, "signature": {agent.FileSignature("f.txt", "read", "", fake, 0)}}.Encode()
+		for _, tc := range []struct {
+			what, path string
+			hdr        map[string]string
+		}{
+			{"a fake token", "/health", with("X-Access-Token", fake)},
+			{"a fake traffic token", "/", with("E2b-Sandbox-Port", "8080", TrafficTokenHeader, fake)},
+			{"a fake signed URL", "/files?" + sig, id},
+			{"a fake token on a port", "/", with("E2b-Sandbox-Port", "8080", "X-Access-Token", fake)},
+		} {
+			status, b := g.raw("GET", tc.path, nil, tc.hdr)
+			require.Equal(t, http.StatusUnauthorized, status, "public %v, %s: %s", public, tc.what, b)
+			require.True(t, paused(), "public %v: %s resumed the sandbox", public, tc.what)
+		}
+		if !public {
+			status, b := g.raw("GET", "/", nil, with("E2b-Sandbox-Port", "8080"))
+			require.Equal(t, http.StatusUnauthorized, status, string(b))
+			require.True(t, paused(), "no credential on a private sandbox's port resumed it")
+			// Its traffic token resumes it.
+			status, b = g.raw("GET", "/", nil, with("E2b-Sandbox-Port", "8080", TrafficTokenHeader, *s.TrafficAccessToken))
+			require.NotEqual(t, http.StatusUnauthorized, status, string(b))
+			require.False(t, paused(), "the traffic token did not resume it")
+		} else {
+			// Anyone on a public port, as on e2b.
+			status, b := g.raw("GET", "/", nil, with("E2b-Sandbox-Port", "8080"))
+			require.NotEqual(t, http.StatusUnauthorized, status, string(b))
+			require.False(t, paused(), "traffic on a public port did not resume it")
+		}
+	}
+}

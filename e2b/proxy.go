@@ -20,6 +20,7 @@ import (
 
 	"github.com/hearthvm/hearth/agent"
 	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 // Data plane: envd requests (E2b-Sandbox-Id, E2b-Sandbox-Port) are
@@ -35,7 +36,8 @@ import (
 // outbound request only (upstream, rewrite). An
 // unknown, killed or paused sandbox answers 502, which the SDK reads as
 // "not running" — a paused sandbox created with autoResume is resumed by
-// the request instead.
+// the request instead, once the request is admitted (a refused one resumes
+// nothing).
 
 // EnvdPort is the agent's port in e2b addressing.
 const EnvdPort = 49983
@@ -52,6 +54,9 @@ type route struct {
 	// any other sandbox's ports answer only its tokens.
 	public bool
 	exp    time.Time
+	// resume, set for a paused sandbox created with autoResume, is that
+	// sandbox: the request resumes it once admitted (never cached).
+	resume *nodeapi.Sandbox
 }
 
 func (g *gateway) dropRoute(rawID string) {
@@ -82,22 +87,25 @@ func (g *gateway) route(ctx context.Context, given string) (route, error) {
 	if err != nil {
 		return route{}, err
 	}
+	var resume *nodeapi.Sandbox
 	if s.Paused {
 		// The view may lag a resume; ask the node.
 		if paused, err := g.live(ctx, s); err != nil || paused {
 			if err != nil || !s.AutoResume {
 				return route{}, errPaused
 			}
-			// autoResume: the request itself resumes the sandbox.
-			if err := g.fleet.Resume(ctx, s); err != nil {
-				return route{}, fmt.Errorf("resuming the paused sandbox: %w", err)
-			}
+			// autoResume: the request itself resumes the sandbox, once
+			// serveData has admitted it.
+			resume = &s
 		}
 	}
 	if s.AgentAddr == "" {
 		return route{}, errors.New("the sandbox has no agent address")
 	}
-	rt = route{id: s.ID, addr: s.AgentAddr, token: s.Token, public: s.PublicTraffic && !s.PrivateTraffic, exp: now.Add(routeTTL)}
+	rt = route{id: s.ID, addr: s.AgentAddr, token: s.Token, public: s.PublicTraffic && !s.PrivateTraffic, exp: now.Add(routeTTL), resume: resume}
+	if resume != nil {
+		return rt, nil
+	}
 	g.mu.Lock()
 	g.routes[given] = rt
 	if len(g.routes) > 100000 { // bound the cache; entries are cheap to rebuild
@@ -176,6 +184,14 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValu
 		// interpreter's context calls there).
 		if port == agent.InterpreterPort {
 			u.cred = credToken
+		}
+	}
+	if rt.resume != nil {
+		// Admitted: an autoResume sandbox wakes for it (only now, so that
+		// a request about to be refused resumes nothing).
+		if err := g.fleet.Resume(r.Context(), *rt.resume); err != nil {
+			writeError(w, http.StatusBadGateway, "sandbox %q: resuming the paused sandbox: %v", id, err)
+			return
 		}
 	}
 	g.proxyTo(w, r, u)

@@ -268,6 +268,35 @@ test('attack: a signed file URL cannot be switched to another user with Authoriz
   })
 })
 
+test('attack: a request the data plane refuses does not wake a paused autoResume sandbox', async () => {
+  const sbx = await Sandbox.create(template, { timeoutMs: 300_000, lifecycle: { onTimeout: 'pause', autoResume: true }, network: { allowPublicTraffic: false } })
+  try {
+    const state = async () => JSON.parse((await raw('GET', `/sandboxes/${sbx.sandboxId}`, { 'X-API-KEY': key })).body).state
+    const p = await raw('POST', `/sandboxes/${sbx.sandboxId}/pause`, { 'X-API-KEY': key, 'Content-Type': 'application/json' }, '{}')
+    assert.equal(p.status, 204, p.body)
+    await pollUntil('the sandbox to be paused', async () => (await state()) === 'paused')
+    const fake = crypto.randomBytes(24).toString('hex')
+    const sig = `v1_${crypto.randomBytes(32).toString('base64').replace(/=+$/, '')}`
+    for (const way of [...addressing(sbx.sandboxId, 49983), ...addressing(sbx.sandboxId, 8080)]) {
+      for (const [what, headers, p] of [
+        ['a fake token', { 'X-Access-Token': fake }, '/health'],
+        ['a fake traffic token', { 'E2b-Traffic-Access-Token': fake }, '/'],
+        ['no credential', {}, '/'],
+        ['a fake signed URL', {}, `/files?path=%2Fetc%2Fhostname&signature=${encodeURIComponent(sig)}`],
+      ]) {
+        const r = await raw('GET', p, { ...way.headers, ...headers })
+        assert.ok(r.status === 401 || r.status === 400, `${way.name} ${JSON.stringify(way.headers)}, ${what}: ${r.status} ${r.body.slice(0, 200)}`)
+        assert.equal(await state(), 'paused', `${way.name} ${JSON.stringify(way.headers)}, ${what} resumed the sandbox`)
+      }
+    }
+    // Its own traffic token wakes it.
+    await raw('GET', '/', { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8080', 'E2b-Traffic-Access-Token': sbx.trafficAccessToken })
+    await pollUntil('the sandbox to run again', async () => (await state()) === 'running')
+  } finally {
+    await sbx.kill().catch(() => {})
+  }
+})
+
 test('attack: client-sent internal headers (forward port, forward token, sandbox id) are not trusted', async () => {
   await withSandbox(async (sbx) => {
     const token = await tokenOfSandbox(sbx)
