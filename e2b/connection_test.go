@@ -57,7 +57,7 @@ func echoApp(t *testing.T) string {
 		var leaked []string
 		for k := range r.Header {
 			if strings.HasPrefix(strings.ToLower(k), "x-hearth-") || strings.EqualFold(k, "X-Access-Token") ||
-				strings.EqualFold(k, TrafficTokenHeader) {
+				strings.EqualFold(k, TrafficTokenHeader) || strings.EqualFold(k, "X-API-KEY") {
 				leaked = append(leaked, k)
 			}
 		}
@@ -177,6 +177,29 @@ func TestProxy_ClientsCannotSetInternalHeaders(t *testing.T) {
 	status, body := send(t, g.url, "GET", "/files?path="+secret, "", forged)
 	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, "app /files internal=", body)
+}
+
+// TestProxy_TheAPIKeyNeverReachesTheGuest: an e2b API key a client sends
+// along with a data-plane or router request (a proxy that adds it to
+// everything, a misconfigured client) is the gateway's, never the guest's:
+// the app on a sandbox port does not see it.
+func TestProxy_TheAPIKeyNeverReachesTheGuest(t *testing.T) {
+	g := startGateway(t)
+	app := echoApp(t)
+	s := g.create(map[string]any{"templateID": "rt"})
+	for _, hdr := range []map[string]string{
+		{"E2b-Sandbox-Id": s.SandboxID, "E2b-Sandbox-Port": app, "X-API-KEY": apiKey},
+		{"E2b-Sandbox-Id": s.SandboxID, "E2b-Sandbox-Port": app, "x-api-key": apiKey, "X-Access-Token": *s.EnvdAccessToken},
+	} {
+		status, body := send(t, g.url, "GET", "/", "", hdr)
+		require.Equal(t, http.StatusOK, status, body)
+		require.Equal(t, "app / internal=", body)
+	}
+	rsrv, _, sb := routerGatewayF(t, nil)
+	status, body := send(t, rsrv.URL, "GET", "/", "", map[string]string{HeaderSandboxID: "demo", HeaderSandboxNamespace: "team",
+		HeaderSandboxPort: app, "X-Access-Token": sb.Token, "X-API-KEY": "k"})
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, "app / internal=", body)
 }
 
 // TestProxy_InternalAgentPathsAreNotServed: the node's endpoints on the

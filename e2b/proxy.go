@@ -203,7 +203,8 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValu
 // routing on the outbound request — after the proxy has removed the
 // hop-by-hop headers, so a header a client names in Connection cannot
 // take any of it away — and drops every internal header a client sent
-// (agent.IsInternalHeader, X-Access-Token, the traffic token) first.
+// (agent.IsInternalHeader, X-Access-Token, the traffic token) and any API
+// key (X-API-KEY) first.
 type upstream struct {
 	route
 	// port is the guest port the agent forwards to; 0 is the agent's own API.
@@ -273,7 +274,9 @@ func rewrite(pr *httputil.ProxyRequest) {
 	}
 	h := pr.Out.Header
 	for k := range h {
-		if agent.IsInternalHeader(k) || strings.EqualFold(k, "X-Access-Token") || strings.EqualFold(k, TrafficTokenHeader) {
+		// X-API-KEY is the gateway's credential: no guest sees a key a
+		// client sent along.
+		if agent.IsInternalHeader(k) || strings.EqualFold(k, "X-Access-Token") || strings.EqualFold(k, TrafficTokenHeader) || strings.EqualFold(k, "X-API-KEY") {
 			delete(h, k)
 		}
 	}
