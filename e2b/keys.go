@@ -40,7 +40,8 @@ func IsAPIKeyFormat(k string) bool {
 
 // TrafficTokenHeader carries a sandbox's traffic access token: e2b's
 // credential for the sandbox's ports. @e2b/code-interpreter sends it, not
-// X-Access-Token, on its context calls (create, list, restart, remove).
+// X-Access-Token, on its context calls (create, list, restart, remove);
+// runCode sends both.
 const TrafficTokenHeader = "E2b-Traffic-Access-Token"
 
 // TrafficToken is the traffic access token of the sandbox whose access
@@ -48,8 +49,10 @@ const TrafficTokenHeader = "E2b-Traffic-Access-Token"
 // 64 hex digits. Create, connect and fork return it as
 // trafficAccessToken; the data plane accepts it, in place of
 // X-Access-Token, for any port but envd's (EnvdPort), and hands the agent
-// the sandbox token instead. It grants no more than the sandbox token
-// (which can already reach every port) and opens no envd route.
+// only the forward-only credential (agent.ForwardToken). It grants no more
+// than the sandbox token (which can already reach every port), opens no
+// envd route and runs no code: on the code interpreter's port it opens the
+// context calls, never /execute.
 func TrafficToken(token string) string {
 	m := hmac.New(sha256.New, []byte(token))
 	m.Write([]byte("hearth e2b traffic access token"))
