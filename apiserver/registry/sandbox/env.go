@@ -8,7 +8,7 @@ import (
 )
 
 // envOf is the env a Create late-binds into its warm microVM: the literal
-// values of the first container's env (docs/API.md#create). valueFrom is a
+// values of the first container's env (docs/API.md#create-is-a-claim). valueFrom is a
 // 400 before anything is claimed: a warm microVM booted before the request
 // cannot resolve references, and the apiserver does not read secrets on a
 // caller's behalf.
