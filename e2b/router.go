@@ -80,7 +80,10 @@ type RefLookup interface {
 // Access is decided before any node is asked: the bearer token by the
 // Authorizer (no node call); a caller it does not admit costs at most the
 // one node the view names, and learns nothing about which names exist —
-// an unknown name and a wrong token get the same answer.
+// an unknown name and a wrong token get the same answer. An Authorizer
+// that cannot decide (an error: its SubjectAccessReview backend is
+// unavailable) is a 503 with Retry-After, unless the sandbox's own token
+// admits the caller.
 func (g *gateway) serveRouter(w http.ResponseWriter, r *http.Request) {
 	name := r.Header.Get(HeaderSandboxID)
 	ns := r.Header.Get(HeaderSandboxNamespace)
@@ -119,22 +122,27 @@ func (g *gateway) serveRouter(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, "this gateway cannot look sandboxes up by name")
 		return
 	}
+	// undecided: the authorizer could not decide (its backend, a
+	// SubjectAccessReview, is unavailable). The caller gets 503 with
+	// Retry-After unless the sandbox's own token admits it — the same
+	// answer for any name, and no backend error in it.
+	allowed, undecided := false, false
+	if g.cfg.Authorizer != nil && (bearer != "" || access == "") {
+		// No bearer token asks for the API's anonymous access, if any.
+		ok, err := g.cfg.Authorizer.AuthorizeSandbox(r.Context(), bearer, ns, name, sub)
+		allowed, undecided = ok && err == nil, err != nil
+	}
 	refuse := func() {
+		if undecided {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "cannot authorize sandboxes/%s of %s/%s now: the authorizer is unavailable; retry", sub, ns, name)
+			return
+		}
 		if bearer == "" && access == "" {
 			writeError(w, http.StatusUnauthorized, "a bearer token (Kubernetes, or the sandbox's own) is required to create sandboxes/%s of %s/%s", sub, ns, name)
 			return
 		}
 		writeError(w, http.StatusForbidden, "not allowed to create sandboxes/%s of %s/%s", sub, ns, name)
-	}
-	allowed := false
-	if g.cfg.Authorizer != nil && (bearer != "" || access == "") {
-		// No bearer token asks for the API's anonymous access, if any.
-		ok, err := g.cfg.Authorizer.AuthorizeSandbox(r.Context(), bearer, ns, name, sub)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "authorizing sandboxes/%s of %s/%s: %v", sub, ns, name, err)
-			return
-		}
-		allowed = ok
 	}
 	ref := ns + "/" + name
 	var s nodeapi.Sandbox

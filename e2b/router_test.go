@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -218,4 +219,44 @@ func TestRouter_RunningCodeNeedsExecOrPortForward(t *testing.T) {
 			require.Equal(t, "app /page internal=", body)
 		}
 	}
+}
+
+// failingAuthz is an authorizer whose backend (TokenReview,
+// SubjectAccessReview) does not answer.
+type failingAuthz struct{}
+
+func (failingAuthz) AuthorizeSandbox(context.Context, string, string, string, string) (bool, error) {
+	return false, errors.New("tokenreviews: connection refused")
+}
+
+// TestRouter_AuthorizerDownIs503WithRetryAfter: when the authorizer
+// cannot decide (its backend is unavailable), a Kubernetes bearer gets 503
+// with Retry-After — not a 500 — and, for an existing and a missing name
+// alike, the same answer; the sandbox's own token still opens it.
+func TestRouter_AuthorizerDownIs503WithRetryAfter(t *testing.T) {
+	srv, sb := routerGateway(t, failingAuthz{})
+	call := func(name, bearer string) (int, http.Header, string) {
+		req, _ := http.NewRequest("POST", srv.URL+"/execute", strings.NewReader(`{"command":"true"}`))
+		req.Header.Set(HeaderSandboxID, name)
+		req.Header.Set(HeaderSandboxNamespace, "team")
+		req.Header.Set("Content-Type", "application/json")
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	for _, name := range []string{"demo", "ghost"} {
+		for _, bearer := range []string{"kube-alice", ""} {
+			status, hdr, body := call(name, bearer)
+			requireJSONError(t, http.StatusServiceUnavailable, status, []byte(body))
+			require.Equal(t, "1", hdr.Get("Retry-After"), "%s %q", name, bearer)
+			require.NotContains(t, body, "connection refused", "the backend's error stays in the log")
+		}
+	}
+	status, _, body := call("demo", sb.Token)
+	require.Equal(t, http.StatusOK, status, "the sandbox's own token does not need the authorizer: %s", body)
 }
