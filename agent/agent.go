@@ -8,7 +8,9 @@
 // filesystem.Filesystem/WatchDir (stream) and the polled watchers (see
 // watch.go) — plus REST GET/POST /files (X-Metadata file metadata, see
 // xattr.go), POST /init ({"envVars":{...}} for later processes; the node
-// posts claim-time env there) and GET /health (204).
+// posts claim-time env there) and GET /health (204). Environment given at
+// start (--env-file, a JSON object; --env, comma-separated pairs whose
+// values hold no comma) and through /init is added to every process.
 //
 // Every request except GET /health must carry the sandbox token in
 // X-Access-Token when Options.Token is set (401 otherwise), or be a /files
@@ -47,9 +49,11 @@ package agent
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -312,7 +316,8 @@ func Main(args []string) int {
 	fs.StringVar(&o.AddrFile, "addr-file", "", "file to write the bound address to")
 	fs.StringVar(&o.Root, "root", "", "guest home directory (default: current directory)")
 	fs.StringVar(&o.User, "user", "", "account processes run as by default (the agent must be root)")
-	fs.StringVar(&env, "env", "", "comma-separated KEY=VALUE pairs added to every process")
+	fs.StringVar(&env, "env", "", "comma-separated KEY=VALUE pairs added to every process (a value cannot hold a comma: use --env-file)")
+	envFile := fs.String("env-file", "", "file holding a JSON object of environment variables added to every process (any value; with --env, the file wins)")
 	fs.StringVar(&o.Python, "python", "python3", "interpreter of the code contexts served on port 49999")
 	fs.BoolVar(&o.NoInterpreter, "no-interpreter", false, "do not serve the code interpreter: port 49999 is the guest's own")
 	fs.StringVar(&o.E2BRunDir, "e2b-run-dir", "/run/e2b", "envd's run directory (.E2B_SANDBOX, .E2B_SANDBOX_ID); empty: none")
@@ -342,6 +347,17 @@ func Main(args []string) int {
 			}
 		}
 	}
+	if *envFile != "" {
+		fromFile, err := readEnvFile(*envFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
+			return 1
+		}
+		if o.Env == nil {
+			o.Env = map[string]string{}
+		}
+		maps.Copy(o.Env, fromFile)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := Run(ctx, o); err != nil {
@@ -349,4 +365,24 @@ func Main(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// readEnvFile reads --env-file: a JSON object of names to values. A name
+// that a process environment cannot hold (empty, or with '=' or NUL) or
+// a value with NUL is an error.
+func readEnvFile(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var env map[string]string
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, fmt.Errorf("%s: not a JSON object of strings: %w", path, err)
+	}
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("%s: environment entry %q is not a NAME=value a process can hold", path, k)
+		}
+	}
+	return env, nil
 }

@@ -57,13 +57,16 @@
 //     namespace), starts the init with CLONE_NEWNS|NEWPID|NEWUTS|NEWIPC.
 //  2. The init blocks reading its config from a pipe (fd 3) while the
 //     driver moves it into the cgroup and records its pid in vm.json, sets
-//     up the network, then writes the config (including the token, never in
-//     argv or env) and closes the pipe. A driver that dies before that
+//     up the network, then writes the config (including the token and the
+//     VM's environment, vmm.Spec.Env, neither ever in argv or env) and
+//     closes the pipe. A driver that dies before that
 //     closes the pipe and the init exits: no orphan.
 //  3. The init (pid 1, still host root) makes / private, mounts /proc (its
 //     own pid namespace), a tmpfs /dev with null, zero, full, random,
 //     urandom and tty bound from the host, devpts and /dev/shm, and a tmpfs
-//     /.hearth (0700, owned by the guest's root) holding the token (0600).
+//     /.hearth (0700, owned by the guest's root) holding the token (0600)
+//     and, for a VM with an environment, env (0600: a JSON object, so a
+//     value may hold any byte but NUL — commas, '=', newlines, quotes).
 //     The guest owns its writable layer, which persists, so any of these
 //     may be its symlink, hard link or file: each mount point is opened in
 //     the root with openat2 (RESOLVE_BENEATH, no symlink, magic link or
@@ -77,7 +80,8 @@
 //  4. It starts the agent (Options.AgentCommand[0], a static binary, from
 //     the agent layer) in a new user namespace (plus uts, ipc and cgroup
 //     namespaces) as the namespace's root, serving 0.0.0.0:49983, with
-//     --token-file /.hearth/token and --root /home/user. The agent's first
+//     --token-file /.hearth/token, --root /home/user and --env-file
+//     /.hearth/env when there is an environment. The agent's first
 //     act is to confine itself (package seccomp, asked for by
 //     $HEARTH_SIM_SECCOMP): the syscall filter, then its capability sets
 //     cut to Docker's default, so every guest process inherits both; the

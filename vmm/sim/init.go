@@ -24,7 +24,10 @@ const initArg0 = "hearth-sim-init"
 const (
 	guestHearthDir = "/.hearth"
 	guestTokenFile = guestHearthDir + "/token"
-	guestHome      = "/home/user"
+	// guestEnvFile holds the VM's environment (vmm.Spec.Env) as a JSON
+	// object, for the agent's --env-file.
+	guestEnvFile = guestHearthDir + "/env"
+	guestHome    = "/home/user"
 	// guestAgentDir holds the agent executable: the overlay's top lower
 	// layer, read-only and owned by an id the guest does not map.
 	guestAgentDir = "/.hearth-agent"
@@ -43,14 +46,18 @@ const (
 )
 
 // initConfig is what the driver hands the init on fd 3, once the init is in
-// the VM's cgroup. It carries the token, so it never appears in argv or env.
+// the VM's cgroup. It carries the token and the VM's environment, so
+// neither appears in argv or in the host's view of a process's env.
 type initConfig struct {
 	Rootfs    string   `json:"rootfs"`     // host path of the mounted overlay
 	Agent     string   `json:"agent"`      // guest path of the agent executable
 	AgentArgs []string `json:"agent_args"` // argv after the executable
 	Env       []string `json:"env"`
 	Token     string   `json:"token"`
-	Hostname  string   `json:"hostname"`
+	// AgentEnv is the VM's environment (vmm.Spec.Env), written to
+	// guestEnvFile for the agent.
+	AgentEnv map[string]string `json:"agent_env,omitempty"`
+	Hostname string            `json:"hostname"`
 	// ResolvConf, when set, is a guest path bound read-only over
 	// /etc/resolv.conf (the egress lane's DNS, slirp's 10.0.2.3).
 	ResolvConf string `json:"resolv_conf,omitempty"`
@@ -256,6 +263,15 @@ func setupRoot(c initConfig) error {
 	defer unix.Close(hearth)
 	if err := createIn(hearth, path.Base(guestTokenFile), 0o600, []byte(c.Token), c.UIDBase); err != nil {
 		return err
+	}
+	if len(c.AgentEnv) > 0 {
+		b, err := json.Marshal(c.AgentEnv)
+		if err != nil {
+			return fmt.Errorf("%s: %w", guestEnvFile, err)
+		}
+		if err := createIn(hearth, path.Base(guestEnvFile), 0o600, b, c.UIDBase); err != nil {
+			return err
+		}
 	}
 
 	if err := os.Chdir(root); err != nil {

@@ -14,7 +14,6 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -73,7 +72,8 @@ type Options struct {
 	// AgentCommand is the agent executable (a static binary: it runs inside
 	// the template's root filesystem, mounted read-only at
 	// /.hearth/<name>) and leading arguments. The driver appends --listen,
-	// --root, --token-file and --env.
+	// --root, --token-file, --user and, for a VM with an environment,
+	// --env-file.
 	AgentCommand []string
 	// Rootfs resolves a template to its root filesystem directory (read
 	// only; the driver makes an id-shifted copy once per directory, so a
@@ -461,8 +461,8 @@ func (d *Driver) create(ctx context.Context, spec vmm.Spec, r record, populate f
 
 func checkEnv(env map[string]string) error {
 	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=,") || strings.Contains(v, ",") {
-			return fmt.Errorf("sim: environment entry %q cannot be passed to the agent", k)
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("sim: environment entry %q is not a NAME=value a process can hold (a name is non-empty without '=' or NUL, a value without NUL)", k)
 		}
 	}
 	return nil
@@ -622,16 +622,11 @@ func (d *Driver) initConfig(dir string, r record, agentPath, token string) initC
 		args = append(args, "--user", u)
 	}
 	if len(r.Env) > 0 {
-		keys := make([]string, 0, len(r.Env))
-		for k := range r.Env {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		pairs := make([]string, len(keys))
-		for i, k := range keys {
-			pairs[i] = k + "=" + r.Env[k]
-		}
-		args = append(args, "--env", strings.Join(pairs, ","))
+		// The environment travels, like the token, in the config the
+		// init reads from its pipe, which writes it to guestEnvFile as a
+		// JSON object: any value arrives as it was given, and none shows
+		// on a command line.
+		args = append(args, "--env-file", guestEnvFile)
 	}
 	resolv := ""
 	if r.Net == NetEgress {
@@ -651,6 +646,7 @@ func (d *Driver) initConfig(dir string, r record, agentPath, token string) initC
 			seccomp.EnvVar + "=1",
 		},
 		Token:    token,
+		AgentEnv: r.Env,
 		Hostname: "sandbox",
 		UIDBase:  d.uidBase,
 		UIDSize:  UIDRange,
