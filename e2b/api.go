@@ -180,10 +180,13 @@ func namespaceOfRef(ref string) string {
 }
 
 // visible reports whether an API key of namespace ns sees s: s is in ns
-// and labelled for e2b (sandbox.LabelE2B "true": every e2b create, and a
-// Kubernetes-created sandbox its owner labelled so).
+// and e2b's (nodeapi.Lifecycle.E2B: every e2b create, its fork children
+// and snapshot clones, and a Kubernetes-created sandbox whose object
+// carried sandbox.LabelE2B "true" when it was created). Its labels do
+// not count: `patch sandboxes` would otherwise hand anyone's sandbox, and
+// its token, to a namespace's e2b key.
 func visible(ns string, s nodeapi.Sandbox) bool {
-	return namespaceOfRef(s.ClaimRef) == ns && s.Labels[sandbox.LabelE2B] == "true"
+	return namespaceOfRef(s.ClaimRef) == ns && s.E2B
 }
 
 // errNotVisible is a lookup's not-found for a sandbox that exists but is
@@ -579,8 +582,9 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	// The key's namespace; labelled for e2b (visible), which a fork child
-	// inherits with the labels.
+	// The key's namespace; labelled for e2b, which makes the node record
+	// the claim as e2b's (visible; nodeapi.Lifecycle.E2B), as its fork
+	// children and snapshot clones are. The label stays for display.
 	freq := fleet.Request{TTLSeconds: ttl, Ref: g.namespaceOf(r.Context()) + "/" + newClaimName(), Env: req.EnvVars, Metadata: req.Metadata, Lifecycle: life,
 		Object: nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}}
 	var s nodeapi.Sandbox
@@ -747,10 +751,11 @@ func (g *gateway) claimSnapshot(ctx context.Context, id string, req fleet.Reques
 	return g.cloneSnapshot(ctx, snap, req)
 }
 
-// cloneSnapshot claims a clone of snap and records req.Object's labels on
-// it (a node records no object with a snapshot claim), so the clone is
-// visible like any e2b create; a clone that cannot be labelled is released
-// and the create fails.
+// cloneSnapshot claims a clone of snap — e2b's like the snapshot
+// (nodeapi.Lifecycle.E2B, which the node gives the clone) — and records
+// req.Object's labels on it (a node records no object with a snapshot
+// claim), so that it is labelled like any e2b create; a clone that cannot
+// be labelled is released and the create fails.
 func (g *gateway) cloneSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error) {
 	s, err := g.fleet.ClaimSnapshot(ctx, snap, req)
 	if err != nil || len(req.Object.Labels) == 0 || s.Labels[sandbox.LabelE2B] == req.Object.Labels[sandbox.LabelE2B] {

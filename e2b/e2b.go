@@ -12,10 +12,12 @@
 //
 // Each API key acts in one namespace (APIKey, LoadKeys: "<key>
 // [namespace]" a line): its creates land there, labelled sandbox.LabelE2B,
-// and the control plane shows it only that namespace's sandboxes carrying
-// the label (visible) and that namespace's snapshots — a sandbox created
-// through Kubernetes is e2b's only when its owner labels it. Only an e2b
-// create's ports are public by default (nodeapi.Lifecycle.PublicTraffic);
+// and the control plane shows it only that namespace's e2b sandboxes
+// (visible: nodeapi.Lifecycle.E2B, which the node fixes at claim — an
+// e2b create, its fork children and snapshot clones, a Kubernetes Create
+// whose object carried the label; a later label change does not count)
+// and that namespace's snapshots of e2b sandboxes (nodeapi.Snapshot.E2B).
+// Only an e2b create's ports are public by default (nodeapi.Lifecycle.PublicTraffic);
 // every other sandbox's need its token or traffic token. Sandbox ids are rendered DNS
 // label safe (RenderID); both spellings are accepted. Reads go through
 // Fleet.LiveByID, never waiting for an inventory publish; errors map
@@ -58,9 +60,10 @@
 // request. A pause with {"memory": false} is the node's pause without
 // memory (the VM stops, its disk is kept).
 //
-// Snapshots are the namespace's (nodeapi.Snapshot.Namespace): listing,
-// deleting and creating from one (a templateID "sn_…" or a snapshot's name)
-// see no other namespace's. A create from a snapshot is
+// Snapshots are the namespace's (nodeapi.Snapshot.Namespace) and e2b's
+// (nodeapi.Snapshot.E2B): listing, deleting and creating from one (a
+// templateID "sn_…" or a snapshot's name) see no other namespace's, and no
+// snapshot of a sandbox the key does not see. A create from a snapshot is
 // Fleet.ClaimSnapshot on the node holding it.
 //
 // The package owns no state that outlives the process and no sandbox
@@ -226,8 +229,8 @@ func New(cfg Config) (http.Handler, error) {
 
 // An APIKey is an accepted X-API-KEY value and the namespace it acts in:
 // its creates land there, and it sees (lists, gets, kills, pauses,
-// connects, forks, snapshots) only that namespace's sandboxes labelled
-// sandbox.LabelE2B and its snapshots.
+// connects, forks, snapshots) only that namespace's e2b sandboxes
+// (nodeapi.Lifecycle.E2B) and their snapshots.
 type APIKey struct {
 	Key string
 	// Namespace is the key's namespace; empty is Config.Namespace.

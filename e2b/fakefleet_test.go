@@ -17,6 +17,7 @@ import (
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
+	"github.com/hearthvm/hearth/sandbox"
 )
 
 // fakeFleet is the gateway's Fleet for tests: one fake node whose
@@ -130,6 +131,8 @@ func (f *fakeFleet) Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandb
 	}
 	s.loc.Lifecycle = req.Lifecycle
 	s.loc.Object = req.Object
+	// As a node decides it: e2b's when the claim's object is labelled so.
+	s.loc.E2B = req.Object.Labels[sandbox.LabelE2B] == "true"
 	return s.loc, nil
 }
 
@@ -243,7 +246,7 @@ func (f *fakeFleet) Fork(ctx context.Context, l nodeapi.Sandbox, count int, ttl 
 		c.loc.ClaimRef = ns + "/" + c.loc.ID
 		// As a node forks: the parent's object (labels) and privacy.
 		c.loc.Object = nodeapi.Object{Labels: p.loc.Labels, Annotations: p.loc.Annotations}
-		c.loc.Lifecycle = nodeapi.Lifecycle{PrivateTraffic: p.loc.PrivateTraffic}
+		c.loc.Lifecycle = nodeapi.Lifecycle{PrivateTraffic: p.loc.PrivateTraffic, E2B: p.loc.E2B}
 		out = append(out, c.loc)
 	}
 	return out, nil
@@ -261,7 +264,7 @@ func (f *fakeFleet) Snapshot(ctx context.Context, l nodeapi.Sandbox, name string
 	}
 	ns, _, _ := strings.Cut(p.loc.ClaimRef, "/")
 	c := nodeapi.Snapshot{ID: fmt.Sprintf("sn_%d", len(f.snaps)+1), Name: name, SandboxID: l.ID, CreatedAt: time.Now(),
-		Key: p.loc.Key(), Node: "node-a", Namespace: ns}
+		Key: p.loc.Key(), Node: "node-a", Namespace: ns, E2B: p.loc.E2B}
 	f.snaps = append(f.snaps, c)
 	return c, nil
 }
@@ -321,12 +324,15 @@ func (f *fakeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, re
 				return nodeapi.Sandbox{}, err
 			}
 			s.loc.Lifecycle = req.Lifecycle // and, as a node, no object
+			s.loc.E2B = c.E2B               // and the snapshot's e2b visibility
 			return s.loc, nil
 		}
 	}
 	return nodeapi.Sandbox{}, fleet.ErrNotFound
 }
 
+// SetLabels replaces the labels and annotations, as a node does: the
+// e2b visibility stays what the claim decided.
 func (f *fakeFleet) SetLabels(ctx context.Context, l nodeapi.Sandbox, req nodeapi.LabelsRequest) (nodeapi.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/sandbox"
 )
@@ -91,42 +92,72 @@ func TestKeys_AKeySeesOnlyItsNamespace(t *testing.T) {
 	f.mu.Unlock()
 }
 
-// TestKeys_KubernetesSandboxesAreE2bsOnlyWhenLabelled: a sandbox created
-// through Kubernetes (no e2b label) is invisible to every key — not
-// listed, not found, not killed — until its owner labels it
-// sandbox.cocoonstack.io/e2b=true; even then its ports are not public.
-func TestKeys_KubernetesSandboxesAreE2bsOnlyWhenLabelled(t *testing.T) {
+// TestKeys_KubernetesSandboxesAreE2bsOnlyWhenCreatedLabelled: a sandbox
+// created through Kubernetes without the e2b label is invisible to every
+// key — not listed, not found, not killed — and labelling it
+// sandbox.cocoonstack.io/e2b=true later (which `patch sandboxes` allows,
+// on anyone's sandbox) does not hand it to e2b: visibility is the claim's
+// (nodeapi.Lifecycle.E2B), or an e2b key would read its token without
+// `sandboxes/exec`. One created with the label (its creator holds `create
+// sandboxes` and the token anyway) is e2b's; even then its ports are not
+// public.
+func TestKeys_KubernetesSandboxesAreE2bsOnlyWhenCreatedLabelled(t *testing.T) {
 	g, f := scopedGateway(t)
 	k, _ := pool.KeyForE2B("rt", false)
 	kube, err := f.Claim(context.Background(), fleet.Request{Key: k, Ref: "default/made-by-kubectl"})
 	require.NoError(t, err)
 	id := RenderID(kube.ID)
-	_, body := g.as(apiKey, "GET", "/v2/sandboxes", "")
-	require.Equal(t, "[]\n", body)
-	for _, c := range []struct{ method, path string }{{"GET", "/sandboxes/" + id}, {"DELETE", "/sandboxes/" + id}, {"POST", "/sandboxes/" + id + "/pause"}} {
-		status, _ := g.as(apiKey, c.method, c.path, "")
-		require.Equal(t, http.StatusNotFound, status, "%s %s", c.method, c.path)
+	hidden := func(when string) {
+		t.Helper()
+		_, body := g.as(apiKey, "GET", "/v2/sandboxes", "")
+		require.NotContains(t, body, id, when)
+		for _, c := range []struct{ method, path, body string }{
+			{"GET", "/sandboxes/" + id, ""}, {"DELETE", "/sandboxes/" + id, ""}, {"POST", "/sandboxes/" + id + "/pause", "{}"},
+			{"POST", "/v2/sandboxes/" + id + "/connect", `{"timeout":60}`}, {"POST", "/sandboxes/" + id + "/fork", "{}"},
+			{"POST", "/sandboxes/" + id + "/snapshots", "{}"}, {"GET", "/sandboxes/" + id + "/metrics", ""},
+		} {
+			status, body := g.as(apiKey, c.method, c.path, c.body)
+			require.Equal(t, http.StatusNotFound, status, "%s: %s %s: %s", when, c.method, c.path, body)
+			require.NotContains(t, body, kube.Token, when)
+		}
+		f.mu.Lock()
+		_, alive := f.sandboxes[kube.ID]
+		f.mu.Unlock()
+		require.True(t, alive, "%s: killed", when)
 	}
-	f.mu.Lock()
-	require.Len(t, f.sandboxes, 1, "not killed")
-	f.sandboxes[kube.ID].loc.Labels = map[string]string{sandbox.LabelE2B: "true"}
-	f.mu.Unlock()
-	status, body := g.as(apiKey, "GET", "/sandboxes/"+id, "")
-	require.Equal(t, http.StatusOK, status, body)
-	_, body = g.as(apiKey, "GET", "/v2/sandboxes", "")
-	require.Contains(t, body, id)
-	status, _ = g.as(keyA, "GET", "/sandboxes/"+id, "")
-	require.Equal(t, http.StatusNotFound, status, "another namespace's key")
+	hidden("unlabelled")
+	_, err = f.SetLabels(context.Background(), kube, nodeapi.LabelsRequest{Labels: map[string]string{sandbox.LabelE2B: "true"}})
+	require.NoError(t, err)
+	hidden("labelled after its claim")
 
-	// Its ports answer its tokens only, labelled or not.
+	labelled, err := f.Claim(context.Background(), fleet.Request{Key: k, Ref: "default/labelled-at-create",
+		Object: nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}})
+	require.NoError(t, err)
+	lid := RenderID(labelled.ID)
+	status, body := g.as(apiKey, "GET", "/sandboxes/"+lid, "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, labelled.Token)
+	_, body = g.as(apiKey, "GET", "/v2/sandboxes", "")
+	require.Contains(t, body, lid)
+	status, _ = g.as(keyA, "GET", "/sandboxes/"+lid, "")
+	require.Equal(t, http.StatusNotFound, status, "another namespace's key")
+	_, err = f.SetLabels(context.Background(), labelled, nodeapi.LabelsRequest{Labels: map[string]string{}})
+	require.NoError(t, err)
+	status, body = g.as(apiKey, "GET", "/sandboxes/"+lid, "")
+	require.Equal(t, http.StatusOK, status, "dropping the label later keeps it e2b's: %s", body)
+
+	// Their ports answer their tokens only, labelled or not.
 	app := echoApp(t)
 	get := func(sid string, hdr map[string]string) int {
 		status, _ := send(t, g.url, "GET", "/page", app+"-"+sid+".gw.local", hdr)
 		return status
 	}
-	require.Equal(t, http.StatusUnauthorized, get(id, nil))
-	require.Equal(t, http.StatusOK, get(id, map[string]string{"X-Access-Token": kube.Token}))
-	require.Equal(t, http.StatusOK, get(id, map[string]string{TrafficTokenHeader: TrafficToken(kube.Token)}))
+	for _, s := range []nodeapi.Sandbox{kube, labelled} {
+		sid := RenderID(s.ID)
+		require.Equal(t, http.StatusUnauthorized, get(sid, nil))
+		require.Equal(t, http.StatusOK, get(sid, map[string]string{"X-Access-Token": s.Token}))
+		require.Equal(t, http.StatusOK, get(sid, map[string]string{TrafficTokenHeader: TrafficToken(s.Token)}))
+	}
 }
 
 // TestKeys_OnlyAnE2bCreateHasPublicPorts: an e2b create's ports are public

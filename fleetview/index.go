@@ -59,6 +59,8 @@ const (
 	flagRef
 	// flagAddr4: the agent address is ip4:port.
 	flagAddr4
+	// flagE2B: the sandbox is e2b's (inventory.Entry.E2B).
+	flagE2B
 
 	// msShift is where the claim time's millisecond starts in flags.
 	msShift = 6
@@ -130,6 +132,9 @@ func (s *Store) newRec(n *nodeState, e *inventory.Entry) *rec {
 	if e.ClaimRef != "" {
 		r.flags |= flagRef
 	}
+	if e.E2B {
+		r.flags |= flagE2B
+	}
 	addr := ""
 	if ip, port, ok := packAddr(e.AgentAddr); ok {
 		r.ip4, r.port = ip, port
@@ -156,7 +161,7 @@ func (s *Store) holds(r *rec, e *inventory.Entry) bool {
 	return r.name() == e.Name && r.id() == e.ID && r.agentAddr() == e.AgentAddr &&
 		r.deadline == secsOf(e.Deadline) && r.claimedAt == secsOf(e.ClaimedAt) &&
 		(r.claimedMs() == msOf(e.ClaimedAt) || msOf(e.ClaimedAt) == 0) &&
-		(r.flags&flagPaused != 0) == paused && (r.flags&flagRef != 0) == (e.ClaimRef != "") &&
+		(r.flags&flagPaused != 0) == paused && (r.flags&flagRef != 0) == (e.ClaimRef != "") && (r.flags&flagE2B != 0) == e.E2B &&
 		s.templates[r.tmpl] == e.Template && maps.Equal(labels, e.Labels) && maps.Equal(annotations, e.Annotations)
 }
 
@@ -199,6 +204,7 @@ func (s *Store) entryInto(r *rec, dl, ca *metav1.Time) inventory.Entry {
 	if r.flags&flagRef != 0 {
 		e.ClaimRef = r.name()
 	}
+	e.E2B = r.flags&flagE2B != 0
 	if r.deadline != 0 {
 		*dl = metav1.NewTime(time.Unix(timeBase+int64(r.deadline), 0).UTC())
 		e.Deadline = dl

@@ -454,3 +454,34 @@ func TestAwaitID_WakesOnTheChangeOrGivesUpWithItsContext(t *testing.T) {
 		t.Fatal("a condition that already holds returns at once")
 	}
 }
+
+// TestE2B_VisibilityKeptFromStreamAndPublished: a sandbox's e2b visibility
+// (nodeapi.Lifecycle.E2B, which the e2b gateway's lists filter by) reaches
+// the view's entries whether they came from a node's change stream or its
+// published NodeInventory, and the entry's sandbox reports it; a record
+// that differs only in it is a change.
+func TestE2B_VisibilityKeptFromStreamAndPublished(t *testing.T) {
+	e2b := func(s nodeapi.Sandbox) nodeapi.Sandbox { s.E2B = true; return s }
+	s := NewStore(0)
+	s.SetPublished(published("n1", "a:1", e2b(sb("sb_1", "ns/1")), sb("sb_2", "ns/2")), t0)
+	s.SetPublished(published("n2", "b:1"), t0)
+	mustApply(t, s, "n2", snapshot("e2", 1, e2b(sb("sb_3", "ns/3")), sb("sb_4", "ns/4")))
+	mustApply(t, s, "n2", put("e2", 2, e2b(sb("sb_5", "ns/5"))))
+	check := func(step string, want map[string]bool) {
+		t.Helper()
+		for id, w := range want {
+			it, ok := s.CurrentByID(id)
+			if !ok {
+				t.Fatalf("%s: %s not in the view", step, id)
+			}
+			if it.Entry.E2B != w || it.Sandbox().E2B != w {
+				t.Errorf("%s: %s: entry e2b %v, sandbox e2b %v, want %v", step, id, it.Entry.E2B, it.Sandbox().E2B, w)
+			}
+		}
+	}
+	check("stream and published", map[string]bool{"sb_1": true, "sb_2": false, "sb_3": true, "sb_4": false, "sb_5": true})
+	rv := s.Rev()
+	mustApply(t, s, "n2", put("e2", 3, sb("sb_5", "ns/5")))
+	eq(t, changes(t, s, rv), []string{"MODIFIED ns/5@n2"})
+	check("changed", map[string]bool{"sb_5": false})
+}

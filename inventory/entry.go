@@ -36,7 +36,7 @@ func PhaseOf(s *nodeapi.Sandbox) string {
 // both forms hash alike).
 func EntryOf(s *nodeapi.Sandbox) Entry {
 	e := Entry{Name: NameOf(s), ID: s.ID, Phase: PhaseOf(s), Template: s.Template, ClaimRef: s.ClaimRef, AgentAddr: s.AgentAddr,
-		Labels: s.Labels, Annotations: s.Annotations}
+		Labels: s.Labels, Annotations: s.Annotations, E2B: s.E2B}
 	if !s.Deadline.IsZero() {
 		t := metav1.NewTime(s.Deadline.UTC().Truncate(time.Second))
 		e.Deadline = &t
@@ -50,12 +50,12 @@ func EntryOf(s *nodeapi.Sandbox) Entry {
 
 // Sandbox is the record a published item stands for, located on its node.
 // What an entry does not publish (net, size, token, metadata, spec,
-// managed fields, version) is empty.
+// managed fields, version, the lifecycle but its e2b visibility) is empty.
 func (it Item) Sandbox() nodeapi.Sandbox {
 	e := it.Entry
 	s := nodeapi.Sandbox{ID: e.ID, Node: it.Node.Name, NodeAddr: it.Node.Address, Template: e.Template,
 		ClaimRef: e.ClaimRef, AgentAddr: e.AgentAddr, Paused: e.Phase == sandbox.PhasePaused,
-		Object: nodeapi.Object{Labels: e.Labels, Annotations: e.Annotations}}
+		Object: nodeapi.Object{Labels: e.Labels, Annotations: e.Annotations}, Lifecycle: nodeapi.Lifecycle{E2B: e.E2B}}
 	if e.Deadline != nil {
 		s.Deadline = e.Deadline.Time
 	}

@@ -85,6 +85,9 @@ type Entry struct {
 	// (nodeapi.Object), so that lists and label selectors see them.
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// E2B is the sandbox's e2b visibility (nodeapi.Lifecycle.E2B), fixed
+	// at claim, so that a list of the e2b gateway's sees it.
+	E2B bool `json:"e2b,omitempty"`
 }
 
 // NodeInventoryList is a list of NodeInventory.

@@ -428,6 +428,10 @@ func Hash(node string, e *Entry) uint64 {
 	h = fnvTime(h, e.ClaimedAt)
 	h = fnvMap(h, e.Labels)
 	h = fnvMap(h, e.Annotations)
+	if e.E2B {
+		// Only when set, so that every other entry hashes as before.
+		h = fnvString(h, "e2b")
+	}
 	return h
 }
 

@@ -71,6 +71,7 @@ func TestHash_ChangesWithEveryField(t *testing.T) {
 		"deadline":  func(e *Entry) { e.Deadline = &t1 },
 		"claimedAt": func(e *Entry) { e.ClaimedAt = nil },
 		"boundary":  func(e *Entry) { e.Name, e.ID = "ns/as", "b_1" },
+		"e2b":       func(e *Entry) { e.E2B = true },
 	}
 	for name, m := range muts {
 		e := base

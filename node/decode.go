@@ -11,6 +11,7 @@ import (
 
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
+	sandboxapi "github.com/hearthvm/hearth/sandbox"
 )
 
 // Request limits.
@@ -119,8 +120,15 @@ func parseClaim(b []byte) (claimInput, error) {
 	if err := checkLifecycle(req.Lifecycle); err != nil {
 		return claimInput{}, err
 	}
-	return claimInput{key: k, ttl: req.TTLSeconds, ref: req.ClaimRef, env: req.Env, metadata: req.Metadata, object: req.Object, life: req.Lifecycle}, nil
+	life := req.Lifecycle
+	life.E2B = claimedForE2B(req.Object)
+	return claimInput{key: k, ttl: req.TTLSeconds, ref: req.ClaimRef, env: req.Env, metadata: req.Metadata, object: req.Object, life: life}, nil
 }
+
+// claimedForE2B is a claim's e2b visibility (nodeapi.Lifecycle.E2B),
+// decided from its object alone: the label sandboxapi.LabelE2B "true".
+// Whatever E2B a request asks for is ignored.
+func claimedForE2B(o nodeapi.Object) bool { return o.Labels[sandboxapi.LabelE2B] == "true" }
 
 // checkObject bounds a recorded object (413 beyond nodeapi.MaxObjectBytes
 // or MaxManagedFieldsBytes) and checks its opaque parts' JSON shapes (400):

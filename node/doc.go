@@ -14,7 +14,11 @@
 // first free n; see forkName). Each record also keeps the Kubernetes
 // object's user part (nodeapi.Object: labels, annotations, spec, managed
 // fields; bounded, 413 beyond) and a Version counting its changes, which
-// PUT /v1/sandboxes/{id}/labels may be conditional on.
+// PUT /v1/sandboxes/{id}/labels may be conditional on. Its e2b visibility
+// (nodeapi.Lifecycle.E2B) is decided once, at claim, from the claim's
+// labels (sandbox.LabelE2B), inherited by fork children and recorded on
+// its snapshots (nodeapi.Snapshot.E2B) for their clones; a label change
+// never changes it, nor can a request set it.
 //
 // Embedding: New returns a Node whose Handler can be served on any listener,
 // so one process may run several nodes (sandbox-dev runs N of them, each on

@@ -365,8 +365,9 @@ func (n *Node) fork(ctx context.Context, id string, count int, ttl int64) ([]nod
 		return nil, err
 	}
 	// A fork child's ports are as open as its parent's: a private
-	// sandbox's children are private, an e2b create's public ones public.
-	life := nodeapi.Lifecycle{PrivateTraffic: parent.Lifecycle.PrivateTraffic, PublicTraffic: parent.Lifecycle.PublicTraffic}
+	// sandbox's children are private, an e2b create's public ones public;
+	// and it is e2b's when its parent is.
+	life := nodeapi.Lifecycle{PrivateTraffic: parent.Lifecycle.PrivateTraffic, PublicTraffic: parent.Lifecycle.PublicTraffic, E2B: parent.Lifecycle.E2B}
 	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), child, life)
 	if err != nil {
 		return nil, err
@@ -501,7 +502,8 @@ func (n *Node) snapshot(ctx context.Context, id, name string, kept bool) (nodeap
 		snapID := "sn_" + randHex(8)
 		sr = snapRecord{
 			Snapshot: nodeapi.Snapshot{ID: snapID, Name: name, SandboxID: id, Key: src.Key,
-				CreatedAt: n.now().UTC(), Node: n.cfg.Name, Namespace: namespaceOf(src.ClaimRef), Kept: kept},
+				CreatedAt: n.now().UTC(), Node: n.cfg.Name, Namespace: namespaceOf(src.ClaimRef), Kept: kept,
+				E2B: src.Lifecycle.E2B},
 			Dir: filepath.Join(n.dirs.snapshots, snapID),
 		}
 		n.mu.Lock()
@@ -591,7 +593,8 @@ func (n *Node) deleteSnapshot(id string) error {
 }
 
 // claimSnapshot claims a new sandbox cloned from snapshot id, named ref
-// (unique like a claim's; 409 when held) or unnamed, recorded with life.
+// (unique like a claim's; 409 when held) or unnamed, recorded with life —
+// its e2b visibility the snapshot's (life.E2B is ignored).
 func (n *Node) claimSnapshot(ctx context.Context, id string, ttl int64, ref string, life nodeapi.Lifecycle) (nodeapi.Sandbox, error) {
 	n.mu.Lock()
 	c := n.tab.snapshots[id]
@@ -621,6 +624,7 @@ func (n *Node) claimSnapshot(ctx context.Context, id string, ttl int64, ref stri
 	if ref != "" {
 		refOf = func(string) string { return ref }
 	}
+	life.E2B = c.rec.Snapshot.E2B
 	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, lineage{}, life)
 	if err != nil {
 		return nodeapi.Sandbox{}, err

@@ -211,7 +211,7 @@ func (h *hub) apply(sbs []*nodeapi.Sandbox, pools []nodeapi.PoolInfo) int {
 
 // samePublished reports whether a and b publish the same entry
 // (inventory.EntryOf: the deadline in whole seconds, the claim time in
-// milliseconds, labels and annotations) on
+// milliseconds, labels, annotations and e2b visibility) on
 // the same pool key. The record's maps are replaced, never mutated, on a
 // change (PUT /v1/sandboxes/{id}/labels), so comparing them is sound.
 func samePublished(a, b *nodeapi.Sandbox) bool {
@@ -219,7 +219,7 @@ func samePublished(a, b *nodeapi.Sandbox) bool {
 		a.Template == b.Template && a.Net == b.Net && a.Size == b.Size &&
 		a.Deadline.Unix() == b.Deadline.Unix() && a.ClaimedAt.UnixMilli() == b.ClaimedAt.UnixMilli() &&
 		a.Deadline.IsZero() == b.Deadline.IsZero() && a.ClaimedAt.IsZero() == b.ClaimedAt.IsZero() &&
-		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations)
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations) && a.E2B == b.E2B
 }
 
 // append records one event at the next revision; call with h.mu held.

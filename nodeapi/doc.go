@@ -63,7 +63,7 @@
 //	ForkRequest          {count, ttl_seconds?}
 //	ForkResult           {children: [Sandbox]}
 //	SnapshotRequest      {name?, keep?}
-//	Snapshot             {id: "sn_…", name?, sandbox_id, key: {template, net, size}, created_at, node?, kept?, bytes?}
+//	Snapshot             {id: "sn_…", name?, sandbox_id, key: {template, net, size}, created_at, node?, namespace?, e2b?, kept?, bytes?}
 //	SnapshotResult       {snapshot: Snapshot}
 //	SnapshotList         {snapshots: [Snapshot]}
 //	SnapshotClaimRequest {ttl_seconds?, claim_ref?}

@@ -64,6 +64,17 @@ type Lifecycle struct {
 	// inherits it (the parent's holder asked for the fork). PrivateTraffic
 	// wins.
 	PublicTraffic bool `json:"public_traffic,omitempty"`
+	// E2B makes the sandbox visible to the e2b gateway's API keys of its
+	// namespace. The node decides it once, at claim, and ignores it in a
+	// request: a claim is e2b's when its object carries the label
+	// sandbox.cocoonstack.io/e2b "true" (every e2b create; a Kubernetes
+	// Create whose object has the label, which takes `create sandboxes`,
+	// whose holder gets the token anyway), a fork child inherits its
+	// parent's, a snapshot records its source's (Snapshot.E2B) and a
+	// sandbox claimed from a snapshot inherits the snapshot's. A later
+	// label change (PUT .../labels) does not change it, so `patch
+	// sandboxes` cannot hand someone else's sandbox to e2b.
+	E2B bool `json:"e2b,omitempty"`
 }
 
 // PauseRequest is the optional body of POST /v1/sandboxes/{id}/pause.
@@ -240,6 +251,10 @@ type Snapshot struct {
 	// Namespace is the namespace of the claim the snapshot was taken from
 	// ("default" for a claim without a ref); API surfaces scope by it.
 	Namespace string `json:"namespace,omitempty"`
+	// E2B is the source sandbox's Lifecycle.E2B when the snapshot was
+	// taken: the e2b gateway lists, clones and deletes only such
+	// snapshots, and a sandbox claimed from it inherits it.
+	E2B bool `json:"e2b,omitempty"`
 	// Kept says the snapshot outlives its sandbox (see SnapshotRequest.Keep
 	// and POST /v1/snapshots/{id}/promote).
 	Kept bool `json:"kept,omitempty"`

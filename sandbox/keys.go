@@ -26,10 +26,12 @@ const (
 	LabelTemplate = "sandbox.cocoonstack.io/template"
 )
 
-// LabelE2B "true" makes a sandbox visible to the e2b gateway's API keys of
-// its namespace (list, get, kill, pause, connect, metrics, fork,
-// snapshot): an e2b create sets it; a sandbox created through Kubernetes
-// is e2b's only when labelled with it (docs/API.md#e2b-api).
+// LabelE2B "true" on a claim's object makes the sandbox visible to the e2b
+// gateway's API keys of its namespace (list, get, kill, pause, connect,
+// metrics, fork, snapshot): an e2b create carries it; a sandbox created
+// through Kubernetes is e2b's only when its object carries it at create.
+// The node records that decision at claim (nodeapi.Lifecycle.E2B); adding
+// or removing the label later changes nothing (docs/API.md#e2b-api).
 const LabelE2B = "sandbox.cocoonstack.io/e2b"
 
 // Network lanes.
