@@ -697,7 +697,11 @@ func isSnapshotID(id string) bool {
 	return strings.HasPrefix(id, "sn_") || strings.HasPrefix(id, "sn-")
 }
 
-// snapshots lists the snapshots of the request's key's namespace.
+// snapshots lists the snapshots the request's key sees: its namespace's
+// taken of a sandbox the key saw (nodeapi.Snapshot.E2B). A snapshot of
+// another sandbox of the namespace (Kubernetes' sandboxes/snapshot) is
+// not the key's to list, clone — a clone's memory may hold its source's
+// token — or delete.
 func (g *gateway) snapshots(ctx context.Context) ([]nodeapi.Snapshot, error) {
 	all, err := g.fleet.Snapshots(ctx)
 	if err != nil {
@@ -706,14 +710,15 @@ func (g *gateway) snapshots(ctx context.Context) ([]nodeapi.Snapshot, error) {
 	ns := g.namespaceOf(ctx)
 	out := all[:0:0]
 	for _, c := range all {
-		if c.Namespace == ns {
+		if c.Namespace == ns && c.E2B {
 			out = append(out, c)
 		}
 	}
 	return out, nil
 }
 
-// snapshotByID finds a snapshot of the namespace by id (either spelling).
+// snapshotByID finds a snapshot the key sees (snapshots) by id (either
+// spelling).
 func (g *gateway) snapshotByID(ctx context.Context, id string) (nodeapi.Snapshot, error) {
 	snaps, err := g.snapshots(ctx)
 	if err != nil {
@@ -727,7 +732,8 @@ func (g *gateway) snapshotByID(ctx context.Context, id string) (nodeapi.Snapshot
 	return nodeapi.Snapshot{}, fleet.ErrNotFound
 }
 
-// snapshotNamed finds the newest snapshot of the namespace named name.
+// snapshotNamed finds the newest snapshot the key sees (snapshots) named
+// name.
 func (g *gateway) snapshotNamed(ctx context.Context, name string) (nodeapi.Snapshot, bool) {
 	snaps, err := g.snapshots(ctx)
 	if err != nil {

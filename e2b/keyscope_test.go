@@ -160,6 +160,49 @@ func TestKeys_KubernetesSandboxesAreE2bsOnlyWhenCreatedLabelled(t *testing.T) {
 	}
 }
 
+// TestKeys_SnapshotsOfSandboxesE2bDoesNotSeeAreNotE2bs: a snapshot taken
+// of a sandbox no key sees (through Kubernetes' sandboxes/snapshot) is
+// not the namespace key's either: it is not listed, cannot be cloned (by
+// id or name: a clone's memory may hold the source's token) and cannot
+// be deleted. A snapshot of an e2b sandbox is.
+func TestKeys_SnapshotsOfSandboxesE2bDoesNotSeeAreNotE2bs(t *testing.T) {
+	g, f := scopedGateway(t)
+	k, _ := pool.KeyForE2B("rt", false)
+	kube, err := f.Claim(context.Background(), fleet.Request{Key: k, Ref: "default/made-by-kubectl"})
+	require.NoError(t, err)
+	snap, err := f.Snapshot(context.Background(), kube, "kube-golden")
+	require.NoError(t, err)
+	require.Equal(t, "default", snap.Namespace, "the key's namespace")
+
+	_, body := g.as(apiKey, "GET", "/snapshots", "")
+	require.Equal(t, "[]\n", body, "listed")
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/v2/sandboxes", `{"templateID":"` + snap.ID + `"}`},
+		{"POST", "/v2/sandboxes", `{"templateID":"kube-golden"}`},
+		{"DELETE", "/templates/" + snap.ID, ""},
+	} {
+		status, body := g.as(apiKey, c.method, c.path, c.body)
+		require.Equal(t, http.StatusNotFound, status, "%s %s %s: %s", c.method, c.path, c.body, body)
+	}
+	f.mu.Lock()
+	require.Len(t, f.snaps, 1, "deleted")
+	require.Len(t, f.sandboxes, 1, "cloned")
+	f.mu.Unlock()
+
+	// An e2b sandbox's snapshot, in the same namespace, is the key's.
+	s := g.create(map[string]any{"templateID": "rt"})
+	var own snapshotJSON
+	resp, _ := g.call("POST", "/sandboxes/"+s.SandboxID+"/snapshots", map[string]any{"name": "e2b-golden"}, &own)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	_, body = g.as(apiKey, "GET", "/snapshots", "")
+	require.Contains(t, body, own.SnapshotID)
+	require.NotContains(t, body, snap.ID)
+	status, body := g.as(apiKey, "POST", "/v2/sandboxes", `{"templateID":"e2b-golden"}`)
+	require.Equal(t, http.StatusCreated, status, body)
+	status, body = g.as(apiKey, "DELETE", "/templates/"+own.SnapshotID, "")
+	require.Equal(t, http.StatusNoContent, status, body)
+}
+
 // TestKeys_OnlyAnE2bCreateHasPublicPorts: an e2b create's ports are public
 // (allowPublicTraffic's default), a clone of a snapshot too; a fork
 // child's are not (it was not created by an e2b create: its token or
