@@ -51,7 +51,10 @@
 // BaseTemplate or CodeInterpreterTemplate claims from the default pool
 // (TemplateAliases).
 // A driver that can dial guest ports directly would plug in at the
-// proxy's transport, keyed by the route.
+// proxy's transport, keyed by the route. The transport's connections to
+// agents draw from the process's connection budget (Config.Budget,
+// serve.Budget.Dial): at most half of it, a quarter of that to one
+// sandbox; past either a request is a 503 with Retry-After.
 //
 // Lifecycle: a create's autoPause / autoPauseMemory / autoResume become
 // the claim's nodeapi.Lifecycle, which the node records and acts on (it
@@ -120,8 +123,14 @@ type Config struct {
 	// greater than 24 hours" (default 86400). The node may clamp lower.
 	MaxTimeoutSeconds int64
 	// Transport carries data-plane requests to agents (default: a tuned
-	// http.Transport).
+	// http.Transport whose connections draw from Budget).
 	Transport http.RoundTripper
+	// Budget is the connection budget the default Transport's connections
+	// to agents draw from (serve.Budget.Dial: at most half of it, a
+	// quarter of that to one sandbox; 503 with Retry-After past either);
+	// nil is the process's (serve.Shared), which the gateway's and the
+	// other servers' accepted connections draw from too.
+	Budget *serve.Budget
 	// Authorizer admits Kubernetes bearer tokens on the router protocol
 	// (router.go); nil admits only each sandbox's own token.
 	Authorizer SandboxAuthorizer

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hearthvm/hearth/agent"
 	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
@@ -323,15 +324,38 @@ func sandboxPort(v string) (int, error) {
 	return n, nil
 }
 
+// newProxy returns the data plane's reverse proxy over tr; nil is the
+// gateway's own transport, whose connections to agents draw from the
+// process's connection budget (Config.Budget; serve.Budget.Dial): a
+// long-lived stream to a public port, which anyone may open, holds one
+// besides its client's, so without the budget many sources could take
+// every descriptor through the gateway's dials. Past the budget's dial
+// caps — half the budget in all, a quarter of that to one sandbox's agent
+// — a request is answered 503 with Retry-After, and nothing is dialled.
 func (g *gateway) newProxy(tr http.RoundTripper) http.Handler {
 	if tr == nil {
-		tr = &http.Transport{
+		b := g.cfg.Budget
+		if b == nil {
+			b = serve.Shared()
+		}
+		t := &http.Transport{
 			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns:        1024,
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,
 		}
+		dial := b.Dial((&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
+		t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if errors.Is(err, serve.ErrBudgetFull) {
+				// Idle keep-alive connections to other agents hold places
+				// too: give them back before refusing.
+				t.CloseIdleConnections()
+				c, err = dial(ctx, network, addr)
+			}
+			return c, err
+		}
+		tr = t
 	}
 	return &httputil.ReverseProxy{
 		Transport:      tr,
@@ -340,10 +364,16 @@ func (g *gateway) newProxy(tr http.RoundTripper) http.Handler {
 		ModifyResponse: closedPort,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			u, _ := r.Context().Value(upstreamKey{}).(upstream)
-			g.dropRoute(u.id)
 			if r.Context().Err() != nil {
+				g.dropRoute(u.id)
 				return // the client went away
 			}
+			if errors.Is(err, serve.ErrBudgetFull) {
+				w.Header().Set("Retry-After", "1")
+				writeError(w, http.StatusServiceUnavailable, "sandbox %q: the gateway holds as many connections to sandboxes as it may; retry", RenderID(u.id))
+				return
+			}
+			g.dropRoute(u.id)
 			writeError(w, http.StatusBadGateway, "sandbox %q is not reachable: %v", RenderID(u.id), err)
 		},
 	}

@@ -27,6 +27,16 @@ type Limits struct {
 	// DefaultLimits', negative means no bound. Later requests are bounded
 	// by Timeouts.Idle and Timeouts.ReadHeader.
 	FirstRequest time.Duration
+	// MaxOutbound caps the connections the process dials through the
+	// budget (Budget.Dial) open at once; they count against MaxConns
+	// with the accepted ones. 0 means half of MaxConns, negative no cap
+	// of its own.
+	MaxOutbound int
+	// MaxOutboundPerDest caps the dialled connections to one address
+	// (host:port; for the e2b gateway, one sandbox's agent) open at once;
+	// 0 means a quarter of MaxOutbound (at least 16, at most 4,096, never
+	// more than MaxOutbound), negative no cap.
+	MaxOutboundPerDest int
 }
 
 const (
@@ -40,13 +50,19 @@ const (
 	maxConnsPerSource = 4096
 	// firstRequest is the default Limits.FirstRequest.
 	firstRequest = 5 * time.Second
+	// minOutboundPerDest and maxOutboundPerDest bound the default
+	// Limits.MaxOutboundPerDest.
+	minOutboundPerDest = 16
+	maxOutboundPerDest = 4096
 )
 
 // DefaultLimits sizes a budget from the process's soft RLIMIT_NOFILE,
 // which Go (1.19 and later) raises to the hard limit at start: MaxConns is
 // the limit less a reserve (1,024 descriptors or an eighth of the limit,
 // whichever is more; at least 64, at most 2^20), MaxConnsPerSource a
-// quarter of MaxConns (at least 64, at most 4,096), FirstRequest 5 s.
+// quarter of MaxConns (at least 64, at most 4,096), FirstRequest 5 s,
+// MaxOutbound half of MaxConns and MaxOutboundPerDest a quarter of that
+// (at least 16, at most 4,096).
 func DefaultLimits() Limits {
 	total := 1 << 16
 	var rl unix.Rlimit
@@ -55,7 +71,24 @@ func DefaultLimits() Limits {
 		n -= max(fdReserve, n/8)
 		total = int(min(max(n, minConns), 1<<20))
 	}
-	return Limits{MaxConns: total, MaxConnsPerSource: min(max(total/4, minConns), maxConnsPerSource), FirstRequest: firstRequest}
+	return Limits{MaxConns: total, MaxConnsPerSource: min(max(total/4, minConns), maxConnsPerSource), FirstRequest: firstRequest}.orOutbound()
+}
+
+// orOutbound fills l's zero outbound caps from its MaxConns.
+func (l Limits) orOutbound() Limits {
+	if l.MaxOutbound == 0 {
+		l.MaxOutbound = -1
+		if l.MaxConns > 0 {
+			l.MaxOutbound = max(l.MaxConns/2, 1)
+		}
+	}
+	if l.MaxOutboundPerDest == 0 {
+		l.MaxOutboundPerDest = maxOutboundPerDest
+		if l.MaxOutbound > 0 {
+			l.MaxOutboundPerDest = min(max(l.MaxOutbound/4, minOutboundPerDest), maxOutboundPerDest, l.MaxOutbound)
+		}
+	}
+	return l
 }
 
 // orDefault fills l's zero fields from DefaultLimits.
@@ -73,7 +106,7 @@ func (l Limits) orDefault() Limits {
 	if l.FirstRequest == 0 {
 		l.FirstRequest = d.FirstRequest
 	}
-	return l
+	return l.orOutbound()
 }
 
 // A Budget is the connections one process may hold open, shared by every
@@ -95,12 +128,25 @@ func (l Limits) orDefault() Limits {
 // A server learns which connections have sent a full request through
 // Track (NewServer installs it); a connection whose requests never reach
 // Track stays pending.
+//
+// The connections the process dials through Dial (the e2b gateway's to
+// sandbox agents: a long-lived stream to a public port holds one besides
+// its client's) draw from the same budget, never pending and never given
+// up: at most MaxOutbound at once, MaxOutboundPerDest to one address.
+// One that finds the budget full takes the place of a pending (or, with
+// nothing pending, idle) accepted connection, as a newcomer would; when
+// there is none, or a dial cap is reached, the dial fails at once with
+// ErrBudgetFull.
 type Budget struct {
 	mu  sync.Mutex
 	lim Limits
 	led ledger
 
 	evicted, refused, timedOut atomic.Int64
+	// outbound counts the dialled connections open (guarded by mu);
+	// dialRefused the dials refused.
+	outbound    int
+	dialRefused atomic.Int64
 }
 
 // NewBudget returns a budget with l's bounds (zero fields take
@@ -116,7 +162,7 @@ var shared = sync.OnceValue(func() *Budget { return NewBudget(Limits{}) })
 func Shared() *Budget { return shared() }
 
 // SetLimits changes b's bounds (zero fields take DefaultLimits'); they
-// apply to the connections accepted from now on.
+// apply to the connections accepted and dialled from now on.
 func (b *Budget) SetLimits(l Limits) {
 	l = l.orDefault()
 	b.mu.Lock()
@@ -141,14 +187,18 @@ type BudgetStats struct {
 	// connections closed for not sending their first request's headers
 	// within Limits.FirstRequest.
 	Evicted, Refused, TimedOut int64
+	// Outbound is the dialled connections open now (counted in Open);
+	// DialRefused counts the dials refused (ErrBudgetFull).
+	Outbound    int
+	DialRefused int64
 }
 
 // Stats returns b's counts.
 func (b *Budget) Stats() BudgetStats {
 	b.mu.Lock()
-	s := BudgetStats{Open: b.led.open, Pending: b.led.pending.Len()}
+	s := BudgetStats{Open: b.led.open, Pending: b.led.pending.Len(), Outbound: b.outbound}
 	b.mu.Unlock()
-	s.Evicted, s.Refused, s.TimedOut = b.evicted.Load(), b.refused.Load(), b.timedOut.Load()
+	s.Evicted, s.Refused, s.TimedOut, s.DialRefused = b.evicted.Load(), b.refused.Load(), b.timedOut.Load(), b.dialRefused.Load()
 	return s
 }
 

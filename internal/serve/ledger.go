@@ -85,6 +85,21 @@ func (l *ledger) admit(source string, c caps, idle func(*entry) bool) (e, victim
 	return e, victim, true
 }
 
+// hold accounts a connection the process dialled to source (a key no
+// accepted connection's source can be): admitted as admit admits one —
+// the budget's cap may give up a pending or idle accepted connection,
+// the source's cap gives up none — but never pending, never settled, so
+// never a victim itself.
+func (l *ledger) hold(source string, c caps, idle func(*entry) bool) (e, victim *entry, ok bool) {
+	e, victim, ok = l.admit(source, c, idle)
+	if ok {
+		l.pending.Remove(e.all)
+		l.sources[source].pending.Remove(e.own)
+		e.all, e.own = nil, nil
+	}
+	return e, victim, ok
+}
+
 func oldest(q *list.List) *entry {
 	if f := q.Front(); f != nil {
 		return f.Value.(*entry)

@@ -9,7 +9,10 @@
 // cap, when none has, a keep-alive connection idle between requests), so
 // a client that sends its request at once (a health probe, an
 // authenticated caller) always gets through, and a connection serving a
-// request is never closed to make room.
+// request is never closed to make room. Connections the process dials
+// through the budget (Budget.Dial: the e2b gateway's to sandbox agents)
+// count with the accepted ones, capped on their own and per address, and
+// a dial past a cap fails at once (ErrBudgetFull).
 //
 // It owns no routes and no listeners' addresses: callers pass the handler
 // and the listener, and say which of their routes stream.
