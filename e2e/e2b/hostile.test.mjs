@@ -787,6 +787,108 @@ test('attack: 20,000 half-open connections from one source leave health checks a
   }
 })
 
+// dialCaps are the gateway's connection caps for a process with this
+// one's descriptor limit (70-hostile.sh starts sandbox-dev and this test
+// under one limit): serve.DefaultLimits.
+function dialCaps() {
+  const m = fs.readFileSync('/proc/self/limits', 'utf8').match(/Max open files\s+\S+\s+(\S+)/)
+  let total = 1 << 16
+  if (m && m[1] !== 'unlimited') {
+    const n = Number(m[1])
+    total = Math.min(Math.max(n - Math.max(1024, Math.floor(n / 8)), 64), 1 << 20)
+  }
+  const outbound = Math.max(Math.floor(total / 2), 1)
+  return {
+    perSource: Math.min(Math.max(Math.floor(total / 4), 64), 4096),
+    perDest: Math.min(Math.max(Math.floor(outbound / 4), 16), 4096, outbound),
+  }
+}
+
+// openStream opens one anonymous request to port 8080 of sandbox id from
+// source address from, and resolves once it streams ("open") or is
+// answered otherwise: {status, retryAfter, close}.
+function openStream(id, from) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: gw.hostname, port: gw.port, path: '/events', localAddress: from, agent: false, headers: { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '8080' } }, (res) => {
+      const close = () => { req.destroy(); res.destroy() }
+      if (res.statusCode !== 200) {
+        res.resume()
+        res.on('end', () => resolve({ status: res.statusCode, retryAfter: res.headers['retry-after'], close }))
+        return
+      }
+      res.once('data', () => resolve({ status: 200, close }))
+    })
+    req.setTimeout(60_000, () => req.destroy(new Error('no answer in 60 s')))
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+// The sandbox's app: every request gets a stream that stays open until
+// its client goes (server-sent events), thousands at once.
+const streamingApp = `
+import asyncio, resource
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+async def serve(r, w):
+    try:
+        await r.readuntil(b"\\r\\n\\r\\n")
+        w.write(b"HTTP/1.1 200 OK\\r\\nContent-Type: text/event-stream\\r\\n\\r\\nopen\\n")
+        await w.drain()
+        await r.read()
+    except Exception:
+        pass
+    finally:
+        w.close()
+async def main():
+    s = await asyncio.start_server(serve, "0.0.0.0", 8080, backlog=8192)
+    async with s:
+        await s.serve_forever()
+asyncio.run(main())
+`
+
+test('attack: long-lived streams to a public port take no more than the gateway\'s per-sandbox share of its connections; past it, 503 with Retry-After', { timeout: 600_000 }, async () => {
+  const { perSource, perDest } = dialCaps()
+  await withSandbox(async (sbx) => {
+    await sbx.files.write('/tmp/app.py', streamingApp)
+    await sbx.commands.run('python3 /tmp/app.py >/tmp/app.log 2>&1', { background: true })
+    await pollUntil('the app to listen', async () => {
+      const r = await openStream(sbx.sandboxId, '127.0.0.1').catch(() => ({ status: 0, close: () => {} }))
+      r.close()
+      return r.status === 200
+    }, 60_000)
+    // Spread over loopback source addresses, so that no source reaches
+    // the per-source cap of accepted connections first.
+    const sources = Array.from({ length: Math.ceil((perDest + 8) / Math.floor(perSource / 2)) + 1 }, (_, i) => `127.0.0.${i + 2}`)
+    const open = []
+    const refusals = []
+    try {
+      for (let i = 0; i < perDest + 8 && refusals.length === 0; i += 128) {
+        const batch = await Promise.all(Array.from({ length: Math.min(128, perDest + 8 - i) }, (_, j) => openStream(sbx.sandboxId, sources[(i + j) % sources.length])))
+        for (const r of batch) (r.status === 200 ? open : refusals).push(r)
+      }
+      console.log(`# ${open.length} streams open to one sandbox (cap ${perDest}), ${refusals.length} refused`)
+      assert.ok(open.length <= perDest, `${open.length} streams open past the per-sandbox cap of ${perDest}`)
+      assert.ok(open.length >= perDest - 16, `only ${open.length} of ${perDest} streams opened`)
+      assert.ok(refusals.length > 0, 'no stream was refused')
+      for (const r of refusals) {
+        assert.equal(r.status, 503, `a stream past the cap: ${r.status}`)
+        assert.ok(r.retryAfter, 'a refusal without Retry-After')
+      }
+      // Another sandbox is untouched by this one's share.
+      await withSandbox(async (other) => {
+        assert.equal((await run(other, 'echo ok')).stdout.trim(), 'ok')
+      })
+    } finally {
+      for (const r of [...open, ...refusals]) r.close()
+    }
+    // Ended streams give their places back: the sandbox answers again.
+    await pollUntil('the sandbox to answer its token again', async () => {
+      try { return (await run(sbx, 'echo back')).stdout.trim() === 'back' } catch { return false }
+    }, 60_000)
+  })
+})
+
 // ---- 8. Statuses, host paths, hostname ----
 
 test('attack: quota refusals are 429, bad paths 400, unknown templates 4xx naming the known ones, wrong methods 405', async () => {
@@ -853,3 +955,95 @@ test('attack: an e2b key sees and kills only its own namespace, and no kubectl-c
   }
 })
 
+// kubectlSandbox creates a Sandbox named name (with labels) through
+// kubectl and returns its claim id, rendered e2b id and token.
+function kubectlSandbox(name, labels = undefined) {
+  const manifest = JSON.stringify({
+    apiVersion: 'agents.x-k8s.io/v1beta1', kind: 'Sandbox', metadata: { name, namespace: 'default', ...(labels ? { labels } : {}) },
+    spec: { podTemplate: { spec: { containers: [{ name: 'main', image: template, resources: { requests: { cpu: '500m', memory: '512Mi' } } }] } } },
+  })
+  const c = kubectl(['create', '-o', 'json', '-f', '-'], { input: manifest })
+  assert.equal(c.code, 0, c.err)
+  const ann = JSON.parse(c.out).metadata.annotations
+  const id = ann['sandbox.cocoonstack.io/claim-id']
+  assert.ok(id && ann['sandbox.cocoonstack.io/token'], 'the create answer names the claim id and token')
+  return { id, e2bId: id.replace(/[^a-z0-9]/g, ''), token: ann['sandbox.cocoonstack.io/token'] }
+}
+
+// nodeRoot calls every node's API as root (sandbox-dev's root-token) and
+// returns their answers.
+async function nodeRoot(method, p) {
+  const root = fs.readFileSync(path.join(dataDir, 'root-token'), 'utf8').trim()
+  const out = []
+  for (const u of await nodeURLs()) out.push(await raw(method, p, { Authorization: `Bearer ${root}` }, undefined, { url: u }))
+  return out
+}
+
+test('attack: labelling a kubectl-created sandbox for e2b after its create hands neither it nor its token to an e2b key', async () => {
+  const name = `hostile-relabel-${crypto.randomBytes(3).toString('hex')}`
+  const labelled = `${name}-at-create`
+  const victim = kubectlSandbox(name)
+  try {
+    // Someone allowed only `patch sandboxes` (kubectl label) and an e2b
+    // key for the namespace tries to read the sandbox's token without
+    // `sandboxes/exec`.
+    const l = kubectl(['label', 'sandbox', name, 'sandbox.cocoonstack.io/e2b=true'])
+    assert.equal(l.code, 0, l.err)
+    const got = kubectl(['get', 'sandbox', name, '-o', 'jsonpath={.metadata.labels}'])
+    assert.match(got.out, /sandbox\.cocoonstack\.io\/e2b/, 'the label is recorded')
+    // The fleet's view (what e2b lists from) has the label too.
+    await pollUntil('the label to reach the fleet view', async () => {
+      const g = kubectl(['get', 'sandboxes', '-l', 'sandbox.cocoonstack.io/e2b=true', '-o', 'name'])
+      return g.out.includes(name)
+    })
+    for (const [m, p, body] of [['GET', `/sandboxes/${victim.e2bId}`], ['GET', `/sandboxes/${victim.id}`], ['POST', `/v2/sandboxes/${victim.e2bId}/connect`, '{"timeout":60}'],
+      ['POST', `/sandboxes/${victim.e2bId}/fork`, '{}'], ['POST', `/sandboxes/${victim.e2bId}/snapshots`, '{}'], ['DELETE', `/sandboxes/${victim.e2bId}`]]) {
+      const r = await raw(m, p, { 'X-API-KEY': key, 'Content-Type': 'application/json' }, body)
+      assert.equal(r.status, 404, `${m} ${p} of a sandbox labelled after its create: ${r.status} ${r.body.slice(0, 200)}`)
+      assert.ok(!r.body.includes(victim.token), `${m} ${p}: leaked the token`)
+    }
+    const list = await raw('GET', '/v2/sandboxes', { 'X-API-KEY': key })
+    assert.ok(!list.body.includes(victim.e2bId), 'e2b lists a sandbox labelled after its create')
+    assert.equal(kubectl(['get', 'sandbox', name]).code, 0, 'the sandbox is gone')
+
+    // Created with the label, a sandbox is e2b's (its creator holds the
+    // token anyway); removing the label later does not hide it.
+    const mine = kubectlSandbox(labelled, { 'sandbox.cocoonstack.io/e2b': 'true' })
+    const r = await raw('GET', `/sandboxes/${mine.e2bId}`, { 'X-API-KEY': key })
+    assert.equal(r.status, 200, r.body)
+    assert.equal(JSON.parse(r.body).envdAccessToken, mine.token)
+    assert.equal(kubectl(['label', 'sandbox', labelled, 'sandbox.cocoonstack.io/e2b-']).code, 0)
+    assert.equal((await raw('GET', `/sandboxes/${mine.e2bId}`, { 'X-API-KEY': key })).status, 200, 'unlabelling hid an e2b sandbox')
+  } finally {
+    kubectl(['delete', 'sandbox', name, labelled, '--wait=false', '--ignore-not-found'])
+  }
+})
+
+test('attack: an e2b key cannot list, clone or delete a snapshot Kubernetes took of a sandbox the key does not see', async () => {
+  const name = `hostile-ksnap-${crypto.randomBytes(3).toString('hex')}`
+  const snapName = `${name}-golden`
+  const victim = kubectlSandbox(name)
+  let snapID = ''
+  try {
+    const s = kubectl(['create', '--raw', `/apis/agents.x-k8s.io/v1beta1/namespaces/default/sandboxes/${name}/snapshot`, '-f', '-'],
+      { input: JSON.stringify({ apiVersion: 'agents.x-k8s.io/v1beta1', kind: 'SandboxSnapshotOptions', name: snapName }) })
+    assert.equal(s.code, 0, s.err)
+    snapID = JSON.parse(s.out).snapshotID
+    assert.match(snapID, /^sn_/)
+    const list = await raw('GET', '/snapshots', { 'X-API-KEY': key })
+    assert.equal(list.status, 200, list.body)
+    assert.ok(!list.body.includes(snapID) && !list.body.includes(snapName), `the key lists the snapshot: ${list.body.slice(0, 300)}`)
+    for (const templateID of [snapID, snapID.replace('_', '-'), snapName]) {
+      const r = await raw('POST', '/v2/sandboxes', { 'X-API-KEY': key, 'Content-Type': 'application/json' }, JSON.stringify({ templateID, timeout: 60 }))
+      if (r.status < 300) await Sandbox.kill(JSON.parse(r.body).sandboxID).catch(() => {})
+      assert.equal(r.status, 404, `a clone of the snapshot by ${templateID}: ${r.status} ${r.body.slice(0, 200)}`)
+    }
+    const del = await raw('DELETE', `/templates/${snapID}`, { 'X-API-KEY': key })
+    assert.equal(del.status, 404, `deleting the snapshot: ${del.status} ${del.body}`)
+    const still = await nodeRoot('GET', '/v1/snapshots')
+    assert.ok(still.some((r) => r.body.includes(snapID)), 'the snapshot is gone')
+  } finally {
+    kubectl(['delete', 'sandbox', name, '--wait=false', '--ignore-not-found'])
+    if (snapID) await nodeRoot('DELETE', `/v1/snapshots/${snapID}`)
+  }
+})
