@@ -212,7 +212,10 @@
 // size; writing past it is ENOSPC in the guest, never on the host.
 // Teardown (Stop, Destroy, a failed start, a restart) unmounts rootfs/ and
 // upperfs/, and the kernel detaches the loop device once the mount is
-// gone: no loop device outlives its mount. Destroy removes the directory
+// gone: no loop device outlives its mount. A restart mounts the image
+// only once no loop device is backed by it any more (a mount of the VM
+// just killed may take a moment to go); a new VM's image is a new file,
+// mounted at once. Destroy removes the directory
 // only when nothing is mounted under it. Stats reads the disk's usage with
 // statfs, never by walking files. A node restarted in a new mount
 // namespace (a container's) while its VMs ran on has no upperfs/ mount of

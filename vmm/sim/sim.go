@@ -453,7 +453,7 @@ func (d *Driver) create(ctx context.Context, spec vmm.Spec, r record, populate f
 	if err := writeRecord(dir, r); err != nil {
 		return vmm.Handle{}, err
 	}
-	if err := d.start(ctx, dir, &r); err != nil {
+	if err := d.start(ctx, dir, &r, true); err != nil {
 		return vmm.Handle{}, err
 	}
 	return d.handle(dir, r), nil
@@ -472,7 +472,9 @@ func checkEnv(env map[string]string) error {
 // It records r.PID and r.Cgroup as soon as the init runs (before anything
 // else can fail), then waits for the agent's /health through a new
 // forwarder and sets r.Addr. On error the VM's processes are killed.
-func (d *Driver) start(ctx context.Context, dir string, r *record) (err error) {
+// fresh says dir and its disk image were just made (create), not left by
+// an earlier run (restore).
+func (d *Driver) start(ctx context.Context, dir string, r *record, fresh bool) (err error) {
 	agentLayer, agentPath, err := d.agentLayer()
 	if err != nil {
 		return err
@@ -494,7 +496,7 @@ func (d *Driver) start(ctx context.Context, dir string, r *record) (err error) {
 		return err
 	}
 	// The overlay's root takes the upper dir's owner: the guest's root.
-	if err := mountDisk(dir, d.uidBase); err != nil {
+	if err := mountDisk(dir, d.uidBase, fresh); err != nil {
 		return err
 	}
 	if err := mountOverlay(dir, agentLayer, r.Lower); err != nil {
@@ -935,7 +937,7 @@ func (d *Driver) Restore(ctx context.Context, h vmm.Handle) (vmm.Handle, error) 
 			return h, err
 		}
 		r.PID, r.Addr = 0, ""
-		if err := d.start(ctx, dir, &r); err != nil {
+		if err := d.start(ctx, dir, &r, false); err != nil {
 			_ = d.teardown(dir, r)
 			return h, err
 		}
