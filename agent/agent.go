@@ -14,23 +14,30 @@
 //
 // Every request except GET /health must carry the sandbox token in
 // X-Access-Token when Options.Token is set (401 otherwise), or be a /files
-// request signed with it (signature.go). A request carrying
-// ForwardPortHeader (a valid port) may carry instead the forward-only
-// credential ForwardToken(token) in ForwardTokenHeader, which opens that
-// forward and never the agent's own routes: the e2b gateway sends it for
-// requests it admitted to a guest port only (a public port, the traffic
-// token, a router port forward), so such a request cannot reach the
-// agent's API even if its forward header were lost on the way. On port
-// InterpreterPort, which the agent serves itself and where code runs, it
-// opens only the interpreter's context calls and /health, never POST
-// /execute (401), which needs the sandbox token. A
-// forwarded request reaches the guest without any X-Hearth-* header or
-// X-Access-Token. A request carrying ForwardPortHeader is forwarded to
-// that port of the guest — except port
-// InterpreterPort (49999), which the agent answers itself: e2b's code
-// interpreter API (POST /execute, /contexts) over python3 processes running
-// an embedded standard-library driver, python only, no Jupyter, IPython,
-// charts or other languages (interpreter.go; unless Options.NoInterpreter).
+// request signed with it (agentapi.VerifyFileSignature). A request
+// carrying agentapi.ForwardPortHeader (a valid port) may carry instead the
+// forward-only credential agentapi.ForwardToken(token) in
+// agentapi.ForwardTokenHeader, which opens that forward and never the
+// agent's own routes: the e2b gateway sends it for requests it admitted to
+// a guest port only (a public port, the traffic token, a router port
+// forward), so such a request cannot reach the agent's API even if its
+// forward header were lost on the way. On port agentapi.InterpreterPort,
+// which the agent serves itself and where code runs, it opens only the
+// interpreter's context calls and /health, never POST /execute (401),
+// which needs the sandbox token. A forwarded request reaches the guest
+// without any X-Hearth-* header or X-Access-Token. A request carrying
+// agentapi.ForwardPortHeader is forwarded to that port of the guest —
+// except port agentapi.InterpreterPort (49999), which the agent answers
+// itself: e2b's code interpreter API (POST /execute, /contexts) over
+// python3 processes running an embedded standard-library driver, python
+// only, no Jupyter, IPython, charts or other languages (interpreter.go;
+// unless Options.NoInterpreter).
+//
+// The wire the rest of Hearth speaks to the agent — its ports, headers and
+// internal paths, the /init and re-key bodies, the signed-URL and
+// forward-credential checks — is package agentapi's, which links nothing of
+// this package: only the agent and cmd/sandbox-agent link it
+// (internal/deps checks).
 //
 // Guest paths: absolute paths are used as they are; relative ones and "~"
 // resolve, as envd's do, against the home of the request's user — the one
@@ -64,15 +71,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/internal/serve"
 )
-
-// Version is the envd version advertised to the e2b SDK: the newest of
-// the SDK's feature gates (e2b@2.51.0 envd/versions.ts) that the agent
-// serves — recursive watches (0.1.4), octet-stream uploads (0.5.7),
-// X-Metadata file metadata (0.6.2), entries in watch events (0.6.3) and
-// watches on network mounts (0.6.4: the agent refuses no mount).
-const Version = "0.6.4"
 
 // Options configure the agent.
 type Options struct {
@@ -103,23 +104,15 @@ type Options struct {
 	Python string
 	// MaxCodeContexts bounds the code contexts (default 16).
 	MaxCodeContexts int
-	// NoInterpreter leaves port InterpreterPort to the guest: forwards to it
+	// NoInterpreter leaves port agentapi.InterpreterPort to the guest: forwards to it
 	// go to the guest's loopback like any other port's.
 	NoInterpreter bool
 	// E2BRunDir, when set, is envd's /run/e2b: the agent writes
 	// .E2B_SANDBOX ("true") there at start and .E2B_SANDBOX_ID when it
-	// learns its sandbox id (SandboxIDHeader). sandbox-agent's default is
+	// learns its sandbox id (agentapi.SandboxIDHeader). sandbox-agent's default is
 	// /run/e2b; empty writes nothing.
 	E2BRunDir string
 }
-
-// SandboxIDHeader carries, on every request the e2b gateway forwards, the
-// id of the sandbox the request was addressed to (the gateway sets it and
-// drops a client's). Processes started from then on get it as
-// E2B_SANDBOX_ID, as on e2b; every process gets E2B_SANDBOX=true. The id
-// is taken from requests, not fixed at boot, so a fork child or a clone
-// of a snapshot names itself, not its source.
-const SandboxIDHeader = "X-Hearth-Sandbox-Id"
 
 // agent is the handler's state: the /init env vars and the running processes.
 type agent struct {
@@ -127,13 +120,13 @@ type agent struct {
 	mux     *http.ServeMux
 	mu      sync.Mutex
 	initEnv map[string]string
-	// sandboxID is the last SandboxIDHeader seen (guarded by mu).
+	// sandboxID is the last agentapi.SandboxIDHeader seen (guarded by mu).
 	sandboxID string
 	procs     map[int]*process
 	closed    bool
 	// watchers are the polled directory watchers (CreateWatcher).
 	watchers watcherSet
-	// interp serves the code interpreter (InterpreterPort).
+	// interp serves the code interpreter (agentapi.InterpreterPort).
 	interp *interpreter
 }
 
@@ -150,11 +143,11 @@ func newAgent(o Options) *agent {
 	a.interp = newInterpreter(a)
 	a.writeRunFile(".E2B_SANDBOX", "true")
 	m := a.mux
-	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+	m.HandleFunc("GET "+agentapi.HealthPath, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
-	m.HandleFunc("POST /init", a.handleInit)
-	m.HandleFunc("POST "+IdentityPath, a.handleIdentity)
+	m.HandleFunc("POST "+agentapi.InitPath, a.handleInit)
+	m.HandleFunc("POST "+agentapi.IdentityPath, a.handleIdentity)
 	m.HandleFunc("GET /files", a.handleGetFile)
 	m.HandleFunc("POST /files", a.handlePostFile)
 	m.HandleFunc("POST /process.Process/Start", a.handleStart)
@@ -177,18 +170,18 @@ func newAgent(o Options) *agent {
 }
 
 // ServeHTTP checks X-Access-Token (all but the agent's own GET /health)
-// and dispatches: a request carrying ForwardPortHeader goes to that guest
+// and dispatches: a request carrying agentapi.ForwardPortHeader goes to that guest
 // port, the rest to the agent's handlers.
 func (a *agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fport, fwd, ferr := forwardPort(r)
 	// forwardOnly: admitted by the forward-only credential, not the token.
 	forwardOnly := false
-	if tok := a.token(); tok != "" && (fwd || !(r.Method == http.MethodGet && r.URL.Path == "/health")) {
-		got := r.Header.Get("X-Access-Token")
-		signed := !fwd && got == "" && VerifyFileSignature(r, tok, time.Now()) == nil
+	if tok := a.token(); tok != "" && (fwd || !(r.Method == http.MethodGet && r.URL.Path == agentapi.HealthPath)) {
+		got := r.Header.Get(agentapi.AccessTokenHeader)
+		signed := !fwd && got == "" && agentapi.VerifyFileSignature(r, tok, time.Now()) == nil
 		// The forward-only credential opens a forward to a valid port and
 		// nothing else: never the agent's own routes.
-		forwardOnly = fwd && ferr == nil && got == "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(ForwardTokenHeader)), []byte(ForwardToken(tok))) == 1
+		forwardOnly = fwd && ferr == nil && got == "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(agentapi.ForwardTokenHeader)), []byte(agentapi.ForwardToken(tok))) == 1
 		if !signed && !forwardOnly && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
 			if strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem.") {
 				writeUnaryError(w, errorf(codeUnauthenticated, "missing or invalid X-Access-Token"))
@@ -198,13 +191,13 @@ func (a *agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if id := r.Header.Get(SandboxIDHeader); id != "" {
+	if id := r.Header.Get(agentapi.SandboxIDHeader); id != "" {
 		a.noteSandboxID(id)
 	}
 	if fwd || isStream(r) {
 		serve.Unbound(w) // authenticated: the stream lasts as long as it needs
 	}
-	if fwd && ferr == nil && fport == InterpreterPort && !a.o.NoInterpreter {
+	if fwd && ferr == nil && fport == agentapi.InterpreterPort && !a.o.NoInterpreter {
 		// The interpreter runs code: the forward-only credential opens its
 		// context calls only, never /execute.
 		if forwardOnly && !interpreterContextCall(r) {
@@ -218,7 +211,7 @@ func (a *agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.forward(w, r)
 		return
 	}
-	if strings.HasPrefix(r.URL.Path, RuntimePrefix+"/") {
+	if strings.HasPrefix(r.URL.Path, agentapi.RuntimePrefix+"/") {
 		a.serveRuntime(w, r) // agent-sandbox's runtime API (runtime.go)
 		return
 	}
@@ -282,7 +275,7 @@ func isStream(r *http.Request) bool {
 }
 
 // noteSandboxID records the sandbox id an authenticated request was
-// addressed to (SandboxIDHeader): a short [a-z0-9] string, else ignored.
+// addressed to (agentapi.SandboxIDHeader): a short [a-z0-9] string, else ignored.
 func (a *agent) noteSandboxID(id string) {
 	if len(id) > 64 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
 		return

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
 // BenchmarkStartTrue: one process.Process/Start stream for /bin/true,
@@ -48,7 +50,7 @@ func BenchmarkReadEnvelope(b *testing.B) {
 // main result.
 func benchRunCode(b *testing.B, url string, body []byte) {
 	req, _ := http.NewRequest(http.MethodPost, url+"/execute", bytes.NewReader(body))
-	req.Header.Set(ForwardPortHeader, "49999")
+	req.Header.Set(agentapi.ForwardPortHeader, "49999")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		b.Fatal(err)
@@ -84,7 +86,7 @@ func BenchmarkRunCodeFirst(b *testing.B) {
 	defer a.killAll()
 	call := func(method, path string, body []byte) []byte {
 		req, _ := http.NewRequest(method, srv.URL+path, bytes.NewReader(body))
-		req.Header.Set(ForwardPortHeader, "49999")
+		req.Header.Set(agentapi.ForwardPortHeader, "49999")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			b.Fatal(err)

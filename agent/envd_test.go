@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
 const testToken = "tok-123"
@@ -462,9 +464,9 @@ func TestAgent_SandboxIdentityEnvAndRunFiles(t *testing.T) {
 	require.Equal(t, "true", string(b))
 	env := `echo "$E2B_SANDBOX/$E2B_SANDBOX_ID"`
 	require.Equal(t, "true/\n", ta.run(env, nil, "", nil).stdout)
-	require.Equal(t, "true/sbabc\n", ta.run(env, nil, "", map[string]string{SandboxIDHeader: "sbabc"}).stdout)
-	require.Equal(t, "true/sbabc\n", ta.run(env, nil, "", map[string]string{SandboxIDHeader: "../x"}).stdout, "malformed: ignored")
-	require.Equal(t, "true/sbdef\n", ta.run(env, nil, "", map[string]string{SandboxIDHeader: "sbdef"}).stdout)
+	require.Equal(t, "true/sbabc\n", ta.run(env, nil, "", map[string]string{agentapi.SandboxIDHeader: "sbabc"}).stdout)
+	require.Equal(t, "true/sbabc\n", ta.run(env, nil, "", map[string]string{agentapi.SandboxIDHeader: "../x"}).stdout, "malformed: ignored")
+	require.Equal(t, "true/sbdef\n", ta.run(env, nil, "", map[string]string{agentapi.SandboxIDHeader: "sbdef"}).stdout)
 	b, err = os.ReadFile(filepath.Join(dir, ".E2B_SANDBOX_ID"))
 	require.NoError(t, err)
 	require.Equal(t, "sbdef", string(b))

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
 // envd REST: GET/POST /files and POST /init. Errors are JSON
@@ -90,7 +92,7 @@ func (a *agent) handleGetFile(w http.ResponseWriter, r *http.Request) {
 func (a *agent) filesAccount(r *http.Request) (*account, error) {
 	name := r.URL.Query().Get("username")
 	if name == "" {
-		if r.Header.Get("X-Access-Token") == "" && HasFileSignature(r) {
+		if r.Header.Get(agentapi.AccessTokenHeader) == "" && agentapi.HasFileSignature(r) {
 			return a.defaultAccount()
 		}
 		return a.processAccount(r)
@@ -232,13 +234,8 @@ func (a *agent) writeMultipart(r *http.Request, q string, acct *account) ([]writ
 	}
 }
 
-// initRequest is POST /init: claim-time env vars for later processes.
-type initRequest struct {
-	EnvVars map[string]string `json:"envVars"`
-}
-
 func (a *agent) handleInit(w http.ResponseWriter, r *http.Request) {
-	var req initRequest
+	var req agentapi.InitRequest
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxMessage+1))
 	if err == nil && len(b) > maxMessage {
 		err = errors.New("body too large")

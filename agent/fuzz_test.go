@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
 // FuzzReadEnvelope: the decoder never panics, never returns more than the
@@ -41,7 +43,7 @@ func FuzzDecodeRequests(f *testing.F) {
 	f.Add([]byte(``))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		targets := []any{&startRequest{}, &connectRequest{}, &sendSignalRequest{}, &sendInputRequest{},
-			&listDirRequest{}, &moveRequest{}, &pathRequest{}, &initRequest{}}
+			&listDirRequest{}, &moveRequest{}, &pathRequest{}, &agentapi.InitRequest{}}
 		for _, v := range targets {
 			if err := decodeJSON(b, v); err != nil {
 				if asRPCError(err).Code != codeInvalidArgument {

@@ -4,21 +4,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
-// IdentityPath is POST {"token":"..."}: it replaces the agent's access
-// token. Like every endpoint but /health it needs the current token, so
-// only the holder of the old identity can hand out a new one. A VMM
-// backend calls it right after cloning a VM from a checkpoint, whose memory
-// still holds the checkpointed guest's token (see vmm/qemu). With
-// Options.TokenFile set, the new token is written there (atomically) before
-// it takes effect, so an agent restarted from that file keeps it.
-const IdentityPath = InternalPathPrefix + "identity"
-
-// InternalPathPrefix starts the agent's paths that are for the node alone
-// (IdentityPath): the e2b gateway answers 404 for them, so no client
-// reaches them through its data plane or router, token or not.
-const InternalPathPrefix = "/hearth/"
+// POST agentapi.IdentityPath replaces the agent's access token (see
+// there); with Options.TokenFile set, the new token is written there
+// (atomically) before it takes effect, so an agent restarted from that
+// file keeps it.
 
 // token is the access token currently required (empty: none).
 func (a *agent) token() string {
@@ -28,9 +21,7 @@ func (a *agent) token() string {
 }
 
 func (a *agent) handleIdentity(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Token string `json:"token"`
-	}
+	var req agentapi.IdentityRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.Token == "" {
 		writeRESTError(w, http.StatusBadRequest, "body must be {\"token\":\"<non-empty>\"}")
 		return

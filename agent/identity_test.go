@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
 func TestIdentity_NewTokenReplacesTheOld(t *testing.T) {
@@ -15,7 +17,7 @@ func TestIdentity_NewTokenReplacesTheOld(t *testing.T) {
 	t.Cleanup(func() { a.killAll(); srv.Close() })
 	post := func(tok, body string) int {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+IdentityPath, strings.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+agentapi.IdentityPath, strings.NewReader(body))
 		req.Header.Set("X-Access-Token", tok)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -50,7 +52,7 @@ func TestIdentity_PersistsToTokenFile(t *testing.T) {
 	a := newAgent(Options{Token: "golden", TokenFile: file, Root: dir})
 	srv := httptest.NewServer(a)
 	t.Cleanup(func() { a.killAll(); srv.Close() })
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+IdentityPath, strings.NewReader(`{"token":"clone-1"}`))
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+agentapi.IdentityPath, strings.NewReader(`{"token":"clone-1"}`))
 	req.Header.Set("X-Access-Token", "golden")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -24,11 +24,11 @@ import (
 )
 
 // The code interpreter: what e2b's @e2b/code-interpreter SDK reaches on
-// port InterpreterPort (its "Jupyter" port), served by the agent itself —
+// port agentapi.InterpreterPort (its "Jupyter" port), served by the agent itself —
 // no Jupyter, no IPython. A request the gateway forwards to that port
-// (ForwardPortHeader: 49999) is answered in-process, after the same
+// (agentapi.ForwardPortHeader: 49999) is answered in-process, after the same
 // X-Access-Token check as every other request, instead of going to the
-// guest's loopback (the forward-only credential, ForwardTokenHeader, opens
+// guest's loopback (the forward-only credential, agentapi.ForwardTokenHeader, opens
 // only the calls that run no code: /health and the context calls, never
 // /execute):
 //
@@ -68,9 +68,6 @@ import (
 // An execution of a context whose process dies (os._exit, a crash) ends
 // with an error named "UnexpectedEndOfExecution"; the next one starts a
 // fresh process.
-
-// InterpreterPort is the code interpreter's port in e2b addressing.
-const InterpreterPort = 49999
 
 //go:embed interpreter.py
 var interpreterDriver []byte

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
 // testPython is the host's python3 (the real binary, not a shim: tests and
@@ -65,7 +67,7 @@ func (ta *testAgent) icall(ctx context.Context, method, path string, body any) *
 	require.NoError(ta.t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Access-Token", testToken)
-	req.Header.Set(ForwardPortHeader, strconv.Itoa(InterpreterPort))
+	req.Header.Set(agentapi.ForwardPortHeader, strconv.Itoa(agentapi.InterpreterPort))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(ta.t, err)
 	ta.t.Cleanup(func() { resp.Body.Close() })
@@ -408,7 +410,7 @@ func TestInterpreter_NeedsToken(t *testing.T) {
 	ta := startInterpreterAgent(t, nil)
 	for _, tok := range []string{"", "wrong"} {
 		req, _ := http.NewRequest("POST", ta.url+"/execute", strings.NewReader(`{"code":"1"}`))
-		req.Header.Set(ForwardPortHeader, "49999")
+		req.Header.Set(agentapi.ForwardPortHeader, "49999")
 		if tok != "" {
 			req.Header.Set("X-Access-Token", tok)
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
 // TestPaths_ANulByteIsABadRequest: a guest path holding a NUL byte (which
@@ -35,7 +37,7 @@ func TestPaths_ANulByteIsABadRequest(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
 	require.NotEqual(t, "internal", e.Code, "Move")
 	for _, op := range []string{"download", "list", "exists"} {
-		resp := ta.do("GET", RuntimePrefix+"/"+op+"/a%00b", "", nil, nil)
+		resp := ta.do("GET", agentapi.RuntimePrefix+"/"+op+"/a%00b", "", nil, nil)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, op)
 	}
 }

@@ -206,7 +206,7 @@ func (p *process) signal(sig syscall.Signal) error {
 }
 
 // environ builds a process environment: the agent's, Options.Env,
-// E2B_SANDBOX=true and E2B_SANDBOX_ID (SandboxIDHeader), the /init env
+// E2B_SANDBOX=true and E2B_SANDBOX_ID (agentapi.SandboxIDHeader), the /init env
 // vars, HOME (and USER for another account), then the request's.
 func (a *agent) environ(req map[string]string, acct *account) []string {
 	env := map[string]string{}

@@ -17,11 +17,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
 // agent-sandbox's runtime API (the python runtime's routes, which
 // sigs.k8s.io/agent-sandbox/clients/go/sandbox speaks; docs/API.md#router),
-// served under RuntimePrefix so it cannot shadow envd's routes; the
+// served under agentapi.RuntimePrefix so it cannot shadow envd's routes; the
 // gateway maps X-Sandbox-Port 8888 onto it:
 //
 //	POST /execute {"command"}        → {"stdout","stderr","exit_code"} (sh -c, whole output)
@@ -33,9 +35,6 @@ import (
 // {path} is one percent-encoded segment (slashes included); relative paths
 // resolve against Options.Root, like envd's. The sandbox token guards it
 // like every other route.
-
-// RuntimePrefix is where the agent serves agent-sandbox's runtime API.
-const RuntimePrefix = "/agent-sandbox"
 
 // maxRuntimeOutput bounds each of stdout and stderr of one /execute
 // (the client refuses an answer over 16 MiB).
@@ -61,9 +60,9 @@ type runtimeEntry struct {
 	ModTime float64 `json:"mod_time"`
 }
 
-// serveRuntime dispatches a request under RuntimePrefix.
+// serveRuntime dispatches a request under agentapi.RuntimePrefix.
 func (a *agent) serveRuntime(w http.ResponseWriter, r *http.Request) {
-	rest := strings.TrimPrefix(r.URL.EscapedPath(), RuntimePrefix)
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), agentapi.RuntimePrefix)
 	op, arg, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
 	switch {
 	case r.Method == http.MethodPost && op == "execute" && arg == "":

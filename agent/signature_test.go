@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
-// The SDK's own vector: getSignature({path:'/tmp/a.txt', operation:'read',
-// user: undefined, envdAccessToken:'envd-token-abc'}).
-func TestFileSignature_MatchesTheSDK(t *testing.T) {
-	require.Equal(t, "v1_+kmtg", FileSignature("/tmp/a.txt", "read", "", "envd-token-abc", 0)[:8])
-}
+// The signature itself (agentapi.VerifyFileSignature) is tested in
+// agentapi; these are the agent's use of it.
 
 func TestSignedURL_WorksWithoutTokenAndExpires(t *testing.T) {
 	ta := startAgent(t, nil)
@@ -29,25 +28,25 @@ func TestSignedURL_WorksWithoutTokenAndExpires(t *testing.T) {
 		t.Cleanup(func() { resp.Body.Close() })
 		return resp
 	}
-	q := url.Values{"path": {"s.txt"}, "signature": {FileSignature("s.txt", "read", "", testToken, 0)}}
+	q := url.Values{"path": {"s.txt"}, "signature": {agentapi.FileSignature("s.txt", "read", "", testToken, 0)}}
 	resp := get(q)
 	require.Equal(t, 200, resp.StatusCode)
 	b, _ := io.ReadAll(resp.Body)
 	require.Equal(t, "signed", string(b))
 
 	// Signed for writing, not reading; unsigned; expired.
-	q.Set("signature", FileSignature("s.txt", "write", "", testToken, 0))
+	q.Set("signature", agentapi.FileSignature("s.txt", "write", "", testToken, 0))
 	require.Equal(t, 401, get(q).StatusCode)
 	require.Equal(t, 401, get(url.Values{"path": {"s.txt"}}).StatusCode)
 	exp := time.Now().Add(-time.Minute).Unix()
-	q = url.Values{"path": {"s.txt"}, "signature": {FileSignature("s.txt", "read", "", testToken, exp)}, "signature_expiration": {strconv.FormatInt(exp, 10)}}
+	q = url.Values{"path": {"s.txt"}, "signature": {agentapi.FileSignature("s.txt", "read", "", testToken, exp)}, "signature_expiration": {strconv.FormatInt(exp, 10)}}
 	require.Equal(t, 401, get(q).StatusCode)
 	exp = time.Now().Add(time.Minute).Unix()
-	q = url.Values{"path": {"s.txt"}, "signature": {FileSignature("s.txt", "read", "", testToken, exp)}, "signature_expiration": {strconv.FormatInt(exp, 10)}}
+	q = url.Values{"path": {"s.txt"}, "signature": {agentapi.FileSignature("s.txt", "read", "", testToken, exp)}, "signature_expiration": {strconv.FormatInt(exp, 10)}}
 	require.Equal(t, 200, get(q).StatusCode)
 
 	// Upload.
-	q = url.Values{"path": {"up.txt"}, "signature": {FileSignature("up.txt", "write", "", testToken, 0)}}
+	q = url.Values{"path": {"up.txt"}, "signature": {agentapi.FileSignature("up.txt", "write", "", testToken, 0)}}
 	resp, err := http.Post(ta.url+"/files?"+q.Encode(), "application/octet-stream", strings.NewReader("up"))
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -76,7 +75,7 @@ func TestSignedURL_TheUserIsTheSignedOne(t *testing.T) {
 	t.Cleanup(func() { os.Remove(filepath.Join(home.home, name)) })
 	require.NoError(t, os.WriteFile(filepath.Join(ta.root, name), []byte("default user's"), 0o644))
 	do := func(method, op string, body io.Reader) *http.Response {
-		q := url.Values{"path": {name}, "signature": {FileSignature(name, op, "", testToken, 0)}}
+		q := url.Values{"path": {name}, "signature": {agentapi.FileSignature(name, op, "", testToken, 0)}}
 		req, err := http.NewRequest(method, ta.url+"/files?"+q.Encode(), body)
 		require.NoError(t, err)
 		req.SetBasicAuth("root", "")

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
@@ -28,12 +28,12 @@ import (
 // them to these: a request for a public port would then reach the
 // agent's own API with the sandbox token.
 var connectionAttacks = []string{
-	agent.ForwardPortHeader, agent.ForwardTokenHeader, agent.SandboxIDHeader, "X-Access-Token",
+	agentapi.ForwardPortHeader, agentapi.ForwardTokenHeader, agentapi.SandboxIDHeader, "X-Access-Token",
 	"E2b-Sandbox-Id", "E2b-Sandbox-Port", TrafficTokenHeader, "Authorization",
 	HeaderSandboxID, HeaderSandboxNamespace, HeaderSandboxPort,
 	"x-hearth-forward-port", "X-HEARTH-FORWARD-PORT", "x-access-token",
-	agent.ForwardPortHeader + ", X-Access-Token, " + agent.SandboxIDHeader + ", " + agent.ForwardTokenHeader,
-	"close, " + agent.ForwardPortHeader,
+	agentapi.ForwardPortHeader + ", X-Access-Token, " + agentapi.SandboxIDHeader + ", " + agentapi.ForwardTokenHeader,
+	"close, " + agentapi.ForwardPortHeader,
 	"keep-alive, x-Hearth-Forward-Port , X-Hearth-Sandbox-Id",
 }
 
@@ -169,10 +169,10 @@ func TestProxy_ClientsCannotSetInternalHeaders(t *testing.T) {
 	secret := secretFile(t, g.f, "sb_0001")
 	forged := map[string]string{
 		"E2b-Sandbox-Id": s.SandboxID, "E2b-Sandbox-Port": app,
-		agent.ForwardPortHeader:  "49983",
-		agent.ForwardTokenHeader: agent.ForwardToken(*s.EnvdAccessToken),
-		agent.SandboxIDHeader:    "sbother",
-		"X-Hearth-Anything":      "x",
+		agentapi.ForwardPortHeader:  "49983",
+		agentapi.ForwardTokenHeader: agentapi.ForwardToken(*s.EnvdAccessToken),
+		agentapi.SandboxIDHeader:    "sbother",
+		"X-Hearth-Anything":         "x",
 	}
 	status, body := send(t, g.url, "GET", "/files?path="+secret, "", forged)
 	require.Equal(t, http.StatusOK, status, body)
@@ -203,13 +203,13 @@ func TestProxy_TheAPIKeyNeverReachesTheGuest(t *testing.T) {
 }
 
 // TestProxy_InternalAgentPathsAreNotServed: the node's endpoints on the
-// agent (agent.IdentityPath re-keys it) answer 404 through the gateway,
+// agent (agentapi.IdentityPath re-keys it) answer 404 through the gateway,
 // whatever the spelling and even with the sandbox's token.
 func TestProxy_InternalAgentPathsAreNotServed(t *testing.T) {
 	g := startGateway(t)
 	s := g.create(map[string]any{"templateID": "rt"})
 	hdr := map[string]string{"E2b-Sandbox-Id": s.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": *s.EnvdAccessToken}
-	for _, p := range []string{agent.IdentityPath, "/hearth/../hearth/identity", "//hearth/identity", "/hearth/", "/hearth%2Fidentity", "/./hearth/identity"} {
+	for _, p := range []string{agentapi.IdentityPath, "/hearth/../hearth/identity", "//hearth/identity", "/hearth/", "/hearth%2Fidentity", "/./hearth/identity"} {
 		status, body := send(t, g.url, "POST", p, "", hdr)
 		requireJSONError(t, http.StatusNotFound, status, []byte(body))
 	}
@@ -218,7 +218,7 @@ func TestProxy_InternalAgentPathsAreNotServed(t *testing.T) {
 	require.Equal(t, "still-mine\n", out, "the sandbox's token is unchanged")
 
 	rsrv, _, sb := routerGatewayF(t, authz{"kube-alice": true})
-	for _, p := range []string{agent.IdentityPath, "/../hearth/identity", "/../../hearth/identity"} {
+	for _, p := range []string{agentapi.IdentityPath, "/../hearth/identity", "/../../hearth/identity"} {
 		status, body := send(t, rsrv.URL, "POST", p, "", map[string]string{HeaderSandboxID: "demo", HeaderSandboxNamespace: "team",
 			HeaderSandboxPort: "8888", "X-Access-Token": sb.Token})
 		requireJSONError(t, http.StatusNotFound, status, []byte(body))

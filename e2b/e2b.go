@@ -41,12 +41,12 @@
 // The data plane reaches any port of a sandbox, addressed by the headers
 // or by e2b's host "<port>-<sandboxId>.<Domain>" (HostRoute): port 49983
 // (or none) is the agent itself; any other port goes through the agent's
-// authenticated forward (agent.ForwardPortHeader) to that port of the
+// authenticated forward (agentapi.ForwardPortHeader) to that port of the
 // guest — 49999 to the agent's own code interpreter — with the
-// forward-only credential (agent.ForwardToken), never the sandbox token.
+// forward-only credential (agentapi.ForwardToken), never the sandbox token.
 // Identity and routing are set on the outbound request alone, in the
 // proxy's Rewrite (upstream), after every client-sent internal header is
-// dropped; the agent's node-only paths (agent.InternalPathPrefix) are 404.
+// dropped; the agent's node-only paths (agentapi.InternalPathPrefix) are 404.
 // A create for
 // BaseTemplate or CodeInterpreterTemplate claims from the default pool
 // (TemplateAliases).
@@ -94,7 +94,7 @@ import (
 	"github.com/spf13/pflag"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 
-	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/internal/serve"
 )
 
@@ -113,7 +113,7 @@ type Config struct {
 	Keys []APIKey
 	// AllowAnonymous serves without any key (only when APIKeys is empty).
 	AllowAnonymous bool
-	// EnvdVersion is advertised to the SDK (default agent.Version).
+	// EnvdVersion is advertised to the SDK (default agentapi.Version).
 	EnvdVersion string
 	// DefaultTimeoutSeconds is the lease of a create without timeout
 	// (default 300, like e2b).
@@ -208,7 +208,7 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, ErrNoKeys
 	}
 	if cfg.EnvdVersion == "" {
-		cfg.EnvdVersion = agent.Version
+		cfg.EnvdVersion = agentapi.Version
 	}
 	if cfg.MaxTimeoutSeconds <= 0 {
 		cfg.MaxTimeoutSeconds = 24 * 60 * 60
@@ -387,7 +387,7 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if id != "" {
 		if !wellFormedToken(r.Header.Get("X-Access-Token")) && !wellFormedToken(r.Header.Get(TrafficTokenHeader)) &&
-			!g.keyed(r) && !agent.HasFileSignature(r) && !publicPortValue(port) {
+			!g.keyed(r) && !agentapi.HasFileSignature(r) && !publicPortValue(port) {
 			writeError(w, http.StatusUnauthorized, "missing or invalid X-Access-Token")
 			return
 		}

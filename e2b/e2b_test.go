@@ -19,7 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/agentapi"
 
 	"github.com/hearthvm/hearth/nodeapi"
 )
@@ -306,7 +306,7 @@ func TestCreate_ClaimsAndTheDataPlaneWorks(t *testing.T) {
 	require.Equal(t, "sb0001", s.SandboxID)
 	require.Equal(t, "rt", s.TemplateID)
 	require.Equal(t, "node-a", s.ClientID)
-	require.Equal(t, agent.Version, s.EnvdVersion)
+	require.Equal(t, agentapi.Version, s.EnvdVersion)
 	require.Equal(t, fakeToken(1), *s.EnvdAccessToken)
 	require.Equal(t, "gw.local", *s.Domain)
 

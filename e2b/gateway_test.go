@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
@@ -370,7 +370,7 @@ func TestDataPlane_HostRoutingReachesAnyPort(t *testing.T) {
 	require.Equal(t, "web /page", body)
 	// The agent's own ports need a token: refused before any lookup.
 	n := g.f.lookupCount()
-	for _, p := range []string{"49983", strconv.Itoa(agent.InterpreterPort)} {
+	for _, p := range []string{"49983", strconv.Itoa(agentapi.InterpreterPort)} {
 		status, _ = get(p+"-"+s.SandboxID+".gw.local", "")
 		require.Equal(t, http.StatusUnauthorized, status, p)
 	}
@@ -464,7 +464,7 @@ func TestDataPlane_AClosedPortAnswersAsE2b(t *testing.T) {
 	}
 	resp, b := get("node")
 	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
-	require.Empty(t, resp.Header.Get(agent.PortClosedHeader))
+	require.Empty(t, resp.Header.Get(agentapi.PortClosedHeader))
 	require.JSONEq(t, fmt.Sprintf(`{"code":502,"message":"The sandbox is running but port is not open","sandboxId":%q,"port":%d}`, s.SandboxID, port), string(b))
 	resp, b = get("Mozilla/5.0 (X11; Linux x86_64) Chrome/120.0")
 	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
@@ -481,7 +481,7 @@ func TestDataPlane_AClosedPortAnswersAsE2b(t *testing.T) {
 
 // TestDataPlane_ProcessesKnowTheirSandbox: as on e2b, a process sees
 // E2B_SANDBOX=true and E2B_SANDBOX_ID, the id it was addressed by — a fork
-// child its own, not its source's (agent.SandboxIDHeader).
+// child its own, not its source's (agentapi.SandboxIDHeader).
 func TestDataPlane_ProcessesKnowTheirSandbox(t *testing.T) {
 	g := startGateway(t)
 	s := g.create(map[string]any{"templateID": "rt"})

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/image"
 )
 
@@ -67,7 +67,7 @@ func TestDataPlane_TrafficTokenOpensPortsNotEnvd(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, *s.TrafficAccessToken, *c.TrafficAccessToken)
 
-	port := strconv.Itoa(agent.InterpreterPort)
+	port := strconv.Itoa(agentapi.InterpreterPort)
 	hdr := func(p, traffic string) map[string]string {
 		return map[string]string{"E2b-Sandbox-Id": s.SandboxID, "E2b-Sandbox-Port": p, TrafficTokenHeader: traffic}
 	}

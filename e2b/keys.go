@@ -49,7 +49,7 @@ const TrafficTokenHeader = "E2b-Traffic-Access-Token"
 // 64 hex digits. Create, connect and fork return it as
 // trafficAccessToken; the data plane accepts it, in place of
 // X-Access-Token, for any port but envd's (EnvdPort), and hands the agent
-// only the forward-only credential (agent.ForwardToken). It grants no more
+// only the forward-only credential (agentapi.ForwardToken). It grants no more
 // than the sandbox token (which can already reach every port), opens no
 // envd route and runs no code: on the code interpreter's port it opens the
 // context calls, never /execute.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
@@ -65,16 +65,16 @@ func TestDataPlane_SignedFileURLs(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	up := url.Values{"path": {"f.txt"}, "signature": {agent.FileSignature("f.txt", "write", "", tok, 0)}}
+	up := url.Values{"path": {"f.txt"}, "signature": {agentapi.FileSignature("f.txt", "write", "", tok, 0)}}
 	require.Equal(t, 200, get("POST", up))
-	down := url.Values{"path": {"f.txt"}, "signature": {agent.FileSignature("f.txt", "read", "", tok, 0)}}
+	down := url.Values{"path": {"f.txt"}, "signature": {agentapi.FileSignature("f.txt", "read", "", tok, 0)}}
 	require.Equal(t, 200, get("GET", down))
 	require.Equal(t, http.StatusUnauthorized, get("GET", url.Values{"path": {"f.txt"}}), "unsigned")
 	require.Equal(t, http.StatusUnauthorized, get("POST", down), "signed for reading, used for writing")
-	other := url.Values{"path": {"f.txt"}, "signature": {agent.FileSignature("f.txt", "read", "", "another-token-0123456789", 0)}}
+	other := url.Values{"path": {"f.txt"}, "signature": {agentapi.FileSignature("f.txt", "read", "", "another-token-0123456789", 0)}}
 	require.Equal(t, http.StatusUnauthorized, get("GET", other), "another sandbox's token")
 	exp := time.Now().Add(-time.Second).Unix()
-	expired := url.Values{"path": {"f.txt"}, "signature": {agent.FileSignature("f.txt", "read", "", tok, exp)}, "signature_expiration": {strconv.FormatInt(exp, 10)}}
+	expired := url.Values{"path": {"f.txt"}, "signature": {agentapi.FileSignature("f.txt", "read", "", tok, exp)}, "signature_expiration": {strconv.FormatInt(exp, 10)}}
 	require.Equal(t, http.StatusUnauthorized, get("GET", expired))
 	require.JSONEq(t, `{"code":401,"message":"signature is already expired"}`, string(body), "e2b's answer, which its SDK's users match")
 }
@@ -110,7 +110,7 @@ func TestDataPlane_AutoResumeNeedsTheRequestToBeAdmitted(t *testing.T) {
 			}
 			return h
 		}
-		sig := url.Values{"path": {"f.txt"}, "signature": {agent.FileSignature("f.txt", "read", "", fake, 0)}}.Encode()
+		sig := url.Values{"path": {"f.txt"}, "signature": {agentapi.FileSignature("f.txt", "read", "", fake, 0)}}.Encode()
 		for _, tc := range []struct {
 			what, path string
 			hdr        map[string]string

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/nodeapi"
@@ -32,7 +32,7 @@ import (
 // asking at most the one node the fleet's index or view names (route: a
 // data-plane request costs no node call for an id neither names, whatever
 // it carries); a signed file
-// URL (agent.VerifyFileSignature) stands in for the token on /files. What
+// URL (agentapi.VerifyFileSignature) stands in for the token on /files. What
 // the agent gets is decided here and set by the proxy's Rewrite on the
 // outbound request only (upstream, rewrite). An
 // unknown, killed or paused sandbox answers 502, which the SDK reads as
@@ -40,8 +40,8 @@ import (
 // the request instead, once the request is admitted (a refused one resumes
 // nothing).
 
-// EnvdPort is the agent's port in e2b addressing.
-const EnvdPort = 49983
+// EnvdPort is the agent's port in e2b addressing (agentapi.Port).
+const EnvdPort = agentapi.Port
 
 // routeTTL bounds how long an id → agent route is reused without asking
 // the fleet; kills through this gateway drop the route at once.
@@ -131,7 +131,7 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValu
 	// Never skipped: a sandbox whose record carries no token is refused,
 	// not served open.
 	tok, traffic := r.Header.Get("X-Access-Token"), r.Header.Get(TrafficTokenHeader)
-	signed := tok == "" && port == EnvdPort && agent.HasFileSignature(r)
+	signed := tok == "" && port == EnvdPort && agentapi.HasFileSignature(r)
 	anonymous := tok == "" && traffic == "" && !signed
 	rt, err := g.route(r.Context(), id)
 	if err != nil {
@@ -143,7 +143,7 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValu
 		return
 	}
 	// Any other port than envd's is reached through the agent's forward
-	// (agent.ForwardPortHeader), with the forward-only credential whatever
+	// (agentapi.ForwardPortHeader), with the forward-only credential whatever
 	// admitted the request: it opens that port and never the agent's API —
 	// except that the sandbox token reaches the code interpreter's port
 	// with the token (below), as only it runs code there.
@@ -163,9 +163,9 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValu
 	case signed:
 		// A signed file URL (Sandbox.downloadUrl / uploadUrl) stands in
 		// for the token; the agent checks it again, and gets no token.
-		if err := agent.VerifyFileSignature(r, rt.token, g.now()); err != nil {
+		if err := agentapi.VerifyFileSignature(r, rt.token, g.now()); err != nil {
 			// 401 with envd's own message for an expired one, as e2b answers.
-			if errors.Is(err, agent.ErrSignatureExpired) {
+			if errors.Is(err, agentapi.ErrSignatureExpired) {
 				writeError(w, http.StatusUnauthorized, "%v", err)
 				return
 			}
@@ -183,7 +183,7 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValu
 		// The sandbox token: the code interpreter's port, which runs code,
 		// gets it (the forward-only credential opens only the
 		// interpreter's context calls there).
-		if port == agent.InterpreterPort {
+		if port == agentapi.InterpreterPort {
 			u.cred = credToken
 		}
 	}
@@ -204,7 +204,7 @@ func (g *gateway) serveData(w http.ResponseWriter, r *http.Request, id, portValu
 // routing on the outbound request — after the proxy has removed the
 // hop-by-hop headers, so a header a client names in Connection cannot
 // take any of it away — and drops every internal header a client sent
-// (agent.IsInternalHeader, X-Access-Token, the traffic token) and any API
+// (agentapi.IsInternalHeader, X-Access-Token, the traffic token) and any API
 // key (X-API-KEY) first.
 type upstream struct {
 	route
@@ -227,7 +227,7 @@ const (
 	credNone credential = iota
 	// credToken: the sandbox token in X-Access-Token — the agent's API.
 	credToken
-	// credForward: agent.ForwardToken in agent.ForwardTokenHeader — the
+	// credForward: agentapi.ForwardToken in agentapi.ForwardTokenHeader — the
 	// forward to upstream.port and nothing else (on the code interpreter's
 	// port, its context calls only: no code runs).
 	credForward
@@ -236,7 +236,7 @@ const (
 type upstreamKey struct{}
 
 // proxyTo sends r to u. The agent's paths for the node alone
-// (agent.InternalPathPrefix) answer 404: no client reaches them.
+// (agentapi.InternalPathPrefix) answer 404: no client reaches them.
 func (g *gateway) proxyTo(w http.ResponseWriter, r *http.Request, u upstream) {
 	if u.port == 0 && internalPath(u.prefix+r.URL.Path) {
 		writeError(w, http.StatusNotFound, "no route for %s %q", r.Method, r.URL.Path)
@@ -258,7 +258,7 @@ func (g *gateway) proxyTo(w http.ResponseWriter, r *http.Request, u upstream) {
 // agent's internal paths.
 func internalPath(p string) bool {
 	c := path.Clean("/" + p)
-	return c+"/" == agent.InternalPathPrefix || strings.HasPrefix(c, agent.InternalPathPrefix)
+	return c+"/" == agentapi.InternalPathPrefix || strings.HasPrefix(c, agentapi.InternalPathPrefix)
 }
 
 // rewrite is the proxy's Rewrite: u's agent, and on the outbound request
@@ -277,7 +277,7 @@ func rewrite(pr *httputil.ProxyRequest) {
 	for k := range h {
 		// X-API-KEY is the gateway's credential: no guest sees a key a
 		// client sent along.
-		if agent.IsInternalHeader(k) || strings.EqualFold(k, "X-Access-Token") || strings.EqualFold(k, TrafficTokenHeader) || strings.EqualFold(k, "X-API-KEY") {
+		if agentapi.IsInternalHeader(k) || strings.EqualFold(k, agentapi.AccessTokenHeader) || strings.EqualFold(k, TrafficTokenHeader) || strings.EqualFold(k, "X-API-KEY") {
 			delete(h, k)
 		}
 	}
@@ -285,15 +285,15 @@ func rewrite(pr *httputil.ProxyRequest) {
 		h.Del("Authorization")
 	}
 	// The agent learns the id it is addressed by (E2B_SANDBOX_ID).
-	h.Set(agent.SandboxIDHeader, RenderID(u.id))
+	h.Set(agentapi.SandboxIDHeader, RenderID(u.id))
 	switch u.cred {
 	case credToken:
-		h.Set("X-Access-Token", u.token)
+		h.Set(agentapi.AccessTokenHeader, u.token)
 	case credForward:
-		h.Set(agent.ForwardTokenHeader, agent.ForwardToken(u.token))
+		h.Set(agentapi.ForwardTokenHeader, agentapi.ForwardToken(u.token))
 	}
 	if u.port != 0 {
-		h.Set(agent.ForwardPortHeader, strconv.Itoa(u.port))
+		h.Set(agentapi.ForwardPortHeader, strconv.Itoa(u.port))
 	}
 }
 
@@ -301,7 +301,7 @@ func rewrite(pr *httputil.ProxyRequest) {
 // agent's own services (envd's and the code interpreter's), which always
 // need the sandbox's token.
 func publicPort(port int) bool {
-	return port != EnvdPort && port != agent.InterpreterPort
+	return port != EnvdPort && port != agentapi.InterpreterPort
 }
 
 // publicPortValue reports whether an E2b-Sandbox-Port value names a port
@@ -396,14 +396,14 @@ type proxyError struct {
 }
 
 // closedPort rewrites the agent's 502 for a closed guest port
-// (agent.PortClosedHeader) into e2b's: {"message", "sandboxId", "port"}, or
+// (agentapi.PortClosedHeader) into e2b's: {"message", "sandboxId", "port"}, or
 // an HTML page for a browser.
 func closedPort(resp *http.Response) error {
-	port := resp.Header.Get(agent.PortClosedHeader)
+	port := resp.Header.Get(agentapi.PortClosedHeader)
 	if resp.StatusCode != http.StatusBadGateway || port == "" {
 		return nil
 	}
-	resp.Header.Del(agent.PortClosedHeader)
+	resp.Header.Del(agentapi.PortClosedHeader)
 	u, _ := resp.Request.Context().Value(upstreamKey{}).(upstream)
 	id := RenderID(u.id)
 	var body []byte

@@ -10,7 +10,7 @@ import (
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 
-	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
 )
@@ -19,13 +19,13 @@ import (
 // X-Sandbox-ID (the Sandbox's name), X-Sandbox-Namespace (default
 // "default") and X-Sandbox-Port (default RuntimePort) goes to that
 // sandbox's agent. Port RuntimePort is agent-sandbox's runtime API, which
-// the agent serves under agent.RuntimePrefix; any other port goes through
+// the agent serves under agentapi.RuntimePrefix; any other port goes through
 // the agent's authenticated forward to that guest port.
 //
 // The caller proves access with either
 //   - a Kubernetes bearer token, or none (anonymous), (Authorization: Bearer) that
 //     Config.Authorizer accepts for `create sandboxes/exec` (the runtime
-//     port, and the code interpreter's port agent.InterpreterPort, which
+//     port, and the code interpreter's port agentapi.InterpreterPort, which
 //     runs code too) or `create sandboxes/portforward` (any other port) of
 //     <name> in that namespace, as kube-apiserver asks of pods — running
 //     code is a write (TokenReview + SubjectAccessReview behind a
@@ -35,7 +35,7 @@ import (
 //
 // The caller's credential never reaches the agent: for the runtime API and
 // the code interpreter it gets the sandbox token in X-Access-Token, for a
-// port forward only the forward-only credential (agent.ForwardToken).
+// port forward only the forward-only credential (agentapi.ForwardToken).
 
 // Router protocol headers.
 const (
@@ -53,7 +53,7 @@ const RuntimePort = 8888
 const (
 	// SubresourceExec is the runtime port (RuntimePort): agent-sandbox's
 	// runtime API (execute, upload, download, list, exists); and the code
-	// interpreter's port (agent.InterpreterPort).
+	// interpreter's port (agentapi.InterpreterPort).
 	SubresourceExec = "exec"
 	// SubresourcePortForward is any other port of the sandbox.
 	SubresourcePortForward = "portforward"
@@ -110,7 +110,7 @@ func (g *gateway) serveRouter(w http.ResponseWriter, r *http.Request) {
 	// The runtime port and the code interpreter's (which the agent serves
 	// itself, and which runs code) are exec; any other port is a forward.
 	sub := SubresourceExec
-	if port != RuntimePort && port != agent.InterpreterPort {
+	if port != RuntimePort && port != agentapi.InterpreterPort {
 		sub = SubresourcePortForward
 	}
 	bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -190,7 +190,7 @@ func (g *gateway) serveRouter(w http.ResponseWriter, r *http.Request) {
 	u := upstream{route: route{id: s.ID, addr: s.AgentAddr, token: s.Token}, dropAuthorization: true}
 	switch {
 	case port == RuntimePort:
-		u.prefix, u.cred = agent.RuntimePrefix, credToken
+		u.prefix, u.cred = agentapi.RuntimePrefix, credToken
 	case sub == SubresourceExec: // the code interpreter
 		u.port, u.cred = port, credToken
 	default:

@@ -1,4 +1,4 @@
-package agent
+package agentapi
 
 import (
 	"crypto/sha256"
@@ -15,10 +15,10 @@ import (
 // [&signature_expiration=<unix seconds>], where s is the unpadded standard
 // base64 of sha256("<p>:<op>:<u>:<token>[:<expiration>]"), op is "read"
 // for GET and "write" for POST and token is the sandbox's access token. A
-// request so signed needs no X-Access-Token; an expired or wrong signature
-// is refused like a missing token. It acts as the user u names, else the
-// default user (Options.User) — never one named in Authorization: Basic,
-// which the signature does not cover.
+// request so signed needs no access token (AccessTokenHeader); an expired
+// or wrong signature is refused like a missing token. The agent acts for it
+// as the user u names, else its default user — never one named in
+// Authorization: Basic, which the signature does not cover.
 
 // ErrSignatureExpired is returned by VerifyFileSignature for a signature
 // past its expiration; its text is envd's, which clients match.
