@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/vmm"
 )
 
@@ -227,14 +227,10 @@ func (n *Node) sweepWarm(ctx context.Context, strikes map[string]int) map[string
 func (n *Node) probeWarm(ctx context.Context, h vmm.Handle) warmProbe {
 	pr := warmProbe{ID: h.ID}
 	pctx, cancel := context.WithTimeout(ctx, n.probeTimeout)
-	req, err := http.NewRequestWithContext(pctx, http.MethodGet, "http://"+h.Addr+"/health", nil)
-	if err == nil {
-		var resp *http.Response
-		if resp, err = n.probeClient.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-			resp.Body.Close()
-			pr.OK = resp.StatusCode >= 200 && resp.StatusCode < 300
-		}
+	err := (&agentapi.Client{Addr: h.Addr, HTTP: n.probeClient}).Health(pctx)
+	pr.OK = err == nil
+	if agentapi.StatusOf(err) != 0 {
+		err = nil // an answer, if not 2xx: neither hung nor out of a resource
 	}
 	cancel()
 	if pr.OK || ctx.Err() != nil {

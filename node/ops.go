@@ -1,12 +1,9 @@
 package node
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
@@ -140,32 +138,15 @@ func errRefHeld(ref, id string) error {
 // initAgent posts env to the agent's /init. An agent without /init (404) is
 // tolerated.
 func (n *Node) initAgent(ctx context.Context, h vmm.Handle, env map[string]string) error {
-	body, _ := json.Marshal(map[string]any{"envVars": env})
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+h.Addr+"/init", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Access-Token", h.Token)
-	resp, err := agentHTTP.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	switch {
-	case resp.StatusCode/100 == 2:
-		return nil
-	case resp.StatusCode == http.StatusNotFound:
+	err := (&agentapi.Client{Addr: h.Addr, Token: h.Token}).Init(ctx, env)
+	if agentapi.StatusOf(err) == http.StatusNotFound {
 		n.log.V(2).Info("Agent has no /init; env not applied", "vm", h.ID)
 		return nil
 	}
-	return fmt.Errorf("agent /init answered %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	return err
 }
-
-var agentHTTP = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second}}
 
 // remove destroys sandbox id (release, or the reaper when onlyExpired).
 func (n *Node) remove(ctx context.Context, id string, onlyExpired bool) error {

@@ -1,0 +1,113 @@
+package agentapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// DefaultHTTPClient is shared by clients that are not given one: no proxy
+// (an agent's address is the node's own way into the guest) and a few idle
+// connections per agent. It sets no timeout: a call's context bounds it.
+var DefaultHTTPClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second}}
+
+// maxMessage bounds the part of an error answer kept in HTTPError.
+const maxMessage = 4 << 10
+
+// Client speaks to one agent: what the node and the VMM drivers send it.
+// Its calls set no deadline of their own; the caller's context bounds
+// each. The zero value is not usable; set Addr.
+type Client struct {
+	// Addr is the agent's host:port.
+	Addr string
+	// Token is the agent's current access token, sent in
+	// AccessTokenHeader when non-empty.
+	Token string
+	// HTTP defaults to DefaultHTTPClient.
+	HTTP *http.Client
+}
+
+// HTTPError is a non-2xx answer from an agent.
+type HTTPError struct {
+	// Path is the route asked (InitPath, IdentityPath, HealthPath).
+	Path   string
+	Status int
+	// Message is the answer's body, at most 4 KiB, trimmed.
+	Message string
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("agent %s answered %d: %s", e.Path, e.Status, e.Message)
+}
+
+// StatusOf returns the HTTP status an agent answered with, or 0 when err
+// is not an agent's answer (a transport error, say).
+func StatusOf(err error) int {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return he.Status
+	}
+	return 0
+}
+
+// Health asks GET /health: nil once the agent answers 2xx (it answers
+// 204), an *HTTPError for another answer, the transport's error (as is,
+// for the caller to tell a timeout from a refused connection) otherwise.
+func (c *Client) Health(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, HealthPath, nil)
+}
+
+// Init posts env to /init (InitRequest): the agent adds it to every
+// process it starts from then on. An agent without /init answers 404
+// (an *HTTPError; StatusOf tells).
+func (c *Client) Init(ctx context.Context, env map[string]string) error {
+	return c.do(ctx, http.MethodPost, InitPath, InitRequest{EnvVars: env})
+}
+
+// SetIdentity re-keys the agent: it presents c.Token, the agent's current
+// token, and installs token in its place (IdentityRequest). An agent
+// without the route answers 404 or 405 (an *HTTPError).
+func (c *Client) SetIdentity(ctx context.Context, token string) error {
+	return c.do(ctx, http.MethodPost, IdentityPath, IdentityRequest{Token: token})
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.Addr+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set(AccessTokenHeader, c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = DefaultHTTPClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxMessage))
+	if resp.StatusCode/100 != 2 {
+		return &HTTPError{Path: path, Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
+	}
+	return nil
+}
