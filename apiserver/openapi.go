@@ -21,7 +21,8 @@ import (
 // apimachinery meta types, Sandbox, SandboxList and the lifecycle payloads.
 // Our kinds are keyed by their Go type name; the namer of OpenAPIConfigs
 // maps such names to REST-friendly ones. Sandbox spec and status are
-// upstream's CRD schema (registry.SandboxSchema).
+// upstream's CRD schema (registry.SandboxSchema), its objects named
+// (registry.NameObjects).
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	out := map[string]common.OpenAPIDefinition{}
 	for k, v := range extopenapi.GetOpenAPIDefinitions(ref) {
@@ -56,7 +57,12 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 			sbStatus = p
 		}
 	}
-	out[sb] = object(map[string]spec.Schema{"spec": sbSpec, "status": sbStatus})
+	def := object(map[string]spec.Schema{"spec": sbSpec, "status": sbStatus})
+	named, defs, deps := registry.NameObjects(sb, def.Schema, ref)
+	out[sb] = common.OpenAPIDefinition{Schema: named, Dependencies: append(def.Dependencies, deps...)}
+	for k, v := range defs {
+		out[k] = v
+	}
 	out[name(&sandboxv1beta1.SandboxList{})] = common.OpenAPIDefinition{
 		Schema: spec.Schema{SchemaProps: spec.SchemaProps{
 			Type: []string{"object"}, Required: []string{"items"},

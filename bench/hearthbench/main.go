@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -27,8 +28,13 @@ func main() {
 		list   = flag.Bool("list", false, "list the benchmarks and exit")
 		quiet  = flag.Bool("q", false, "no progress lines on stderr")
 		cpuOut = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+		memOut = flag.String("memprofile", "", "write an allocation profile of the whole run to this file (samples one allocation per 4 KiB)")
 	)
 	flag.Parse()
+	if *memOut != "" {
+		runtime.MemProfileRate = 4096
+		defer writeAllocs(*memOut)
+	}
 	if *cpuOut != "" {
 		f, err := os.Create(*cpuOut)
 		if err == nil {
@@ -64,5 +70,19 @@ func main() {
 		fmt.Fprintf(os.Stderr, "hearthbench: %v\n", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
+	}
+}
+
+// writeAllocs writes the allocation profile (go tool pprof -sample_index=alloc_space).
+func writeAllocs(path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "hearthbench: %v\n", err)
 	}
 }
