@@ -6,10 +6,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-)
 
-// AgentPort is the guest TCP port the in-guest agent listens on.
-const AgentPort = 49983
+	"github.com/hearthvm/hearth/agentapi"
+)
 
 // maxSocketPath is the longest unix socket path Linux accepts (sun_path
 // holds 108 bytes including the NUL).
@@ -130,7 +129,7 @@ func (m Machine) Args() []string {
 		if m.Restrict {
 			restrict = "on"
 		}
-		a = append(a, "-netdev", fmt.Sprintf("user,id=net0,restrict=%s,hostfwd=tcp:127.0.0.1:%d-:%d", restrict, m.HostPort, AgentPort))
+		a = append(a, "-netdev", fmt.Sprintf("user,id=net0,restrict=%s,hostfwd=tcp:127.0.0.1:%d-:%d", restrict, m.HostPort, agentapi.Port))
 	}
 	// Device order fixes the virtio-mmio slots, which migration matches.
 	a = append(a,

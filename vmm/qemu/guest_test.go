@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/image"
 	"github.com/hearthvm/hearth/vmm"
 )
@@ -63,7 +64,7 @@ func nodeAddr() string {
 
 // guestSelf is the guest's own agent port, which every probe run must
 // find open (it proves the probe itself works).
-var guestSelf = "127.0.0.1:" + strconv.Itoa(AgentPort)
+var guestSelf = "127.0.0.1:" + strconv.Itoa(agentapi.Port)
 
 // probes runs TCP connects from inside the guest (busybox nc: -e true
 // exits 0 right after a connect) and returns target → "open"/"closed".

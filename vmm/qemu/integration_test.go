@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
@@ -172,7 +173,7 @@ func runAs(addr, token, user string, args ...string) (string, int, error) {
 // authStatus is the status of an authenticated agent call with token.
 func authStatus(t *testing.T, addr, token string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+IdentityPath, strings.NewReader(`{}`))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+agentapi.IdentityPath, strings.NewReader(`{}`))
 	req.Header.Set("X-Access-Token", token)
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Do(req)

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
 // The "egress" lane: the guest's NIC is a stream socket to its own passt
@@ -42,7 +44,7 @@ func passtArgs(uid, hostPort int) []string {
 		"--no-map-gw",
 		"--address", "10.0.2.15", "--netmask", "24", "--gateway", "10.0.2.2",
 		"--dns-forward", "10.0.2.3",
-		"--tcp-ports", fmt.Sprintf("127.0.0.1/%d:%d", hostPort, AgentPort),
+		"--tcp-ports", fmt.Sprintf("127.0.0.1/%d:%d", hostPort, agentapi.Port),
 		"--udp-ports", "none",
 	}
 }
@@ -124,7 +126,7 @@ func (d *Driver) startPasst(dir string, hostPort int) (pid int, qemuEnd *os.File
 
 // passtMarker is what identifies dir's passt in /proc/PID/cmdline.
 func passtMarker(hostPort int) string {
-	return fmt.Sprintf("127.0.0.1/%d:%d", hostPort, AgentPort)
+	return fmt.Sprintf("127.0.0.1/%d:%d", hostPort, agentapi.Port)
 }
 
 // killPasst ends dir's passt, if any (it also exits by itself once QEMU's

@@ -19,10 +19,10 @@
 //     removed once QEMU has read it — never on QEMU's argv or environment,
 //     never on the guest's kernel command line. The guest keeps it in
 //     root-only /run/hearth.
-//   - The agent listens on guest port 49983; the host reaches it at
-//     Handle.Addr = 127.0.0.1:<free port>. Lane "none": QEMU slirp with
-//     restrict=on — the forwarded agent port works, the guest can open no
-//     connection at all. Lane "egress": the NIC is a socketpair to a per-VM
+//   - The agent listens on guest port 49983 (agentapi.Port); the host
+//     reaches it at Handle.Addr = 127.0.0.1:<free port>. Lane "none":
+//     QEMU slirp with restrict=on — the forwarded agent port works, the
+//     guest can open no connection at all. Lane "egress": the NIC is a socketpair to a per-VM
 //     passt (started as Options.EgressUID with --no-map-gw, so the gateway
 //     is not the host's loopback) which also forwards the agent port; the
 //     driver's nftables table (see passt.go) rejects new connections from
@@ -53,9 +53,10 @@
 //   - Clone starts QEMU with -incoming from a checkpoint over a fresh
 //     overlay of the checkpoint's disk, then — before returning — hands the
 //     guest agent the clone's own token through POST /hearth/identity
-//     (authenticated with the checkpoint's token), which the agent also
-//     writes to its token file: the checkpoint's token never works on a
-//     clone, and an agent restarted in the guest keeps the clone's token.
+//     (agentapi.Client.SetIdentity, authenticated with the checkpoint's
+//     token), which the agent also writes to its token file: the
+//     checkpoint's token never works on a clone, and an agent restarted in
+//     the guest keeps the clone's token.
 //
 // The driver owns only processes and files under Root, the checkpoint
 // directories callers name, and the nftables table inet hearth_qemu; it
@@ -66,7 +67,6 @@ package qemu
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -82,6 +82,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
@@ -649,19 +650,16 @@ func waitIncoming(ctx context.Context, q *QMP) (Status, error) {
 	}
 }
 
-// waitAgent polls GET /health on addr until 204, the process dies or ctx ends.
+// waitAgent polls GET /health on addr until the agent answers (204), the
+// process dies or ctx ends.
 func (d *Driver) waitAgent(ctx context.Context, addr string, pid int, qmp string) error {
-	url := "http://" + addr + "/health"
+	c := &agentapi.Client{Addr: addr, HTTP: d.httpc}
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
-		resp, err := d.httpc.Do(req)
+		err := c.Health(rctx)
 		cancel()
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
-				return nil
-			}
+			return nil
 		}
 		if !pidAlive(pid, qmp) {
 			return fmt.Errorf("%w: before the agent answered", vmm.ErrVMMExited)
@@ -1039,27 +1037,21 @@ func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Hand
 	return h, nil
 }
 
-// IdentityPath is the agent endpoint that replaces its access token.
-const IdentityPath = "/hearth/identity"
-
-// setIdentity hands the agent at addr its new token, authenticated with old.
+// setIdentity hands the agent at addr its new token, authenticated with
+// old. A transport error is retried (the restored guest's network may not
+// carry the request yet); an answer other than 2xx is final.
 func (d *Driver) setIdentity(ctx context.Context, addr, old, token string) error {
-	body, _ := json.Marshal(map[string]string{"token": token})
+	c := &agentapi.Client{Addr: addr, Token: old, HTTP: d.httpc}
 	var last error
 	for attempt := 0; attempt < 20; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		req, _ := http.NewRequestWithContext(rctx, http.MethodPost, "http://"+addr+IdentityPath, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Access-Token", old)
-		resp, err := d.httpc.Do(req)
+		err := c.SetIdentity(rctx, token)
 		cancel()
 		if err == nil {
-			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-			resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				return nil
-			}
-			return fmt.Errorf("qemu: agent identity: %s: %s", resp.Status, bytes.TrimSpace(msg))
+			return nil
+		}
+		if agentapi.StatusOf(err) != 0 {
+			return fmt.Errorf("qemu: agent identity: %w", err)
 		}
 		last = err
 		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
