@@ -7,7 +7,7 @@
 // Cloud Hypervisor through vmm/internal/uds) and the e2b gateway speak it.
 //
 // It owns the wire and nothing else: it links only the standard library
-// (internal/deps checks), never the agent itself — its interpreter, pty
+// and golang.org/x (internal/deps checks), never the agent itself — its interpreter, pty
 // and process code stay in the guest — and it holds no state beyond a
 // client's address and token.
 //

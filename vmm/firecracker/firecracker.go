@@ -74,7 +74,8 @@ type Options struct {
 	Sizes map[string]Size
 	// GuestCID is the vsock CID (hybrid vsock: any VM may reuse it); default 3.
 	GuestCID uint32
-	// AgentPort is the guest vsock port of the agent; default 49983.
+	// AgentPort is the guest vsock port of the agent; default agentapi.Port
+	// (49983).
 	AgentPort uint32
 	// TapName names the egress tap for a VM id; default uds.TapName("fc", id).
 	TapName func(id string) string

@@ -79,9 +79,10 @@
 //     dir, no other VM's layers, no host path.
 //  4. It starts the agent (Options.AgentCommand[0], a static binary, from
 //     the agent layer) in a new user namespace (plus uts, ipc and cgroup
-//     namespaces) as the namespace's root, serving 0.0.0.0:49983, with
-//     --token-file /.hearth/token, --root /home/user and --env-file
-//     /.hearth/env when there is an environment. The agent's first
+//     namespaces) as the namespace's root, serving 0.0.0.0:49983
+//     (agentapi.Port), with --token-file /.hearth/token, --root /home/user
+//     and --env-file /.hearth/env when there is an environment. The
+//     agent's first
 //     act is to confine itself (package seccomp, asked for by
 //     $HEARTH_SIM_SECCOMP): the syscall filter, then its capability sets
 //     cut to Docker's default, so every guest process inherits both; the
@@ -194,7 +195,7 @@
 //
 // The node reaches the agent at Handle.Addr, a 127.0.0.1 port the driver
 // forwards into the VM's netns (a socket created on a thread that joined
-// the netns, connecting to 127.0.0.1:49983 there). The forwarder lives in
+// the netns, connecting to agentapi.Port there). The forwarder lives in
 // the driver's process: after a node restart Restore re-attaches to the
 // running VM and returns a new Addr. Driver.Dial (vmm.PortDialer) connects
 // to any port of a guest the same way.

@@ -31,9 +31,6 @@ const (
 	// guestAgentDir holds the agent executable: the overlay's top lower
 	// layer, read-only and owned by an id the guest does not map.
 	guestAgentDir = "/.hearth-agent"
-	// AgentPort is the port the agent serves on inside every VM's network
-	// namespace (the envd port).
-	AgentPort = 49983
 	// logCap bounds how much agent output the init copies into agent.log.
 	logCap = 4 << 20
 	// guestFilesSoft and guestFilesHard are RLIMIT_NOFILE of every guest

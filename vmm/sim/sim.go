@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 	"github.com/hearthvm/hearth/vmm/sim/seccomp"
@@ -574,7 +575,7 @@ func (d *Driver) start(ctx context.Context, dir string, r *record, fresh bool) (
 	if err != nil {
 		return err
 	}
-	fwd, err := newForwarder(nsfd, AgentPort, "")
+	fwd, err := newForwarder(nsfd, agentapi.Port, "")
 	if err != nil {
 		return err
 	}
@@ -616,7 +617,7 @@ func (d *Driver) start(ctx context.Context, dir string, r *record, fresh bool) (
 
 func (d *Driver) initConfig(dir string, r record, agentPath, token string) initConfig {
 	args := append(append([]string(nil), d.agent[1:]...),
-		"--listen", fmt.Sprintf("0.0.0.0:%d", AgentPort),
+		"--listen", fmt.Sprintf("0.0.0.0:%d", agentapi.Port),
 		"--root", guestHome,
 		"--token-file", guestTokenFile,
 	)
@@ -973,7 +974,7 @@ func (d *Driver) attach(ctx context.Context, r record) (*forwarder, error) {
 			}
 			return nil, errNotRunning
 		}
-		if fwd, err = newForwarder(nsfd, AgentPort, r.Addr); err != nil {
+		if fwd, err = newForwarder(nsfd, agentapi.Port, r.Addr); err != nil {
 			return nil, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/vmm/internal/restvm/restvmtest"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
@@ -134,7 +135,7 @@ func TestFake_SnapshotRoundTrip(t *testing.T) {
 		{"PUT", "/snapshot/load", `{"snapshot_path":"$D/vmstate","mem_backend":{"backend_type":"File","backend_path":"$D/mem"},"resume_vm":true,"vsock_override":{"uds_path":"$D/v2.sock"}}`, 204, ""},
 		{"PUT", "/boot-source", boot, 400, "after starting"},
 	})
-	conn, err := uds.DialVsock(context.Background(), filepath.Join(dir, "v2.sock"), 49983)
+	conn, err := uds.DialVsock(context.Background(), filepath.Join(dir, "v2.sock"), agentapi.Port)
 	if err != nil {
 		t.Fatalf("vsock to restored guest: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
@@ -174,7 +175,7 @@ func New(c Config, b Backend) (*Base, error) {
 		c.GuestCID = 3
 	}
 	if c.AgentPort == 0 {
-		c.AgentPort = 49983
+		c.AgentPort = agentapi.Port
 	}
 	if c.TapName == nil {
 		prefix := c.TapPrefix

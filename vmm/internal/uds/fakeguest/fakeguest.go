@@ -25,11 +25,9 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
-
-// AgentPort is the guest vsock port the agent listens on (the envd port).
-const AgentPort = 49983
 
 // State is what the guest's memory holds that matters to Hearth.
 type State struct {
@@ -244,7 +242,7 @@ func (g *Guest) handle(c net.Conn) {
 	g.mu.Lock()
 	running, agent := g.running, g.agent
 	g.mu.Unlock()
-	if !running || port != AgentPort {
+	if !running || port != agentapi.Port {
 		return // nobody listens on that guest port: the VMM closes the stream
 	}
 	a, err := net.Dial("tcp", agent)
