@@ -587,45 +587,69 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 	// children and snapshot clones are. The label stays for display.
 	freq := fleet.Request{TTLSeconds: ttl, Ref: g.namespaceOf(r.Context()) + "/" + newClaimName(), Env: req.EnvVars, Metadata: req.Metadata, Lifecycle: life,
 		Object: nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}}
-	var s nodeapi.Sandbox
-	if isSnapshotID(req.TemplateID) {
-		s, err = g.claimSnapshot(r.Context(), req.TemplateID, freq)
-	} else {
+	if !isSnapshotID(req.TemplateID) {
 		allow := req.AllowInternetAccess != nil && *req.AllowInternetAccess
 		freq.Key, err = pool.KeyForE2B(g.template(r.Context(), req.TemplateID), allow)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
-		s, err = g.fleet.Claim(r.Context(), freq)
-		var noCap *fleet.ErrNoWarmCapacity
-		if errors.As(err, &noCap) && !g.isPool(r.Context(), freq.Key) {
-			// Not a template any node serves: a snapshot may go by its name.
-			snap, ok := g.snapshotNamed(r.Context(), req.TemplateID)
-			if !ok {
-				writeError(w, http.StatusNotFound, "template %q not found: %s", req.TemplateID, g.knownTemplates(r.Context()))
-				return
-			}
-			s, err = g.cloneSnapshot(r.Context(), snap, freq)
-		}
 	}
-	if err != nil {
+	// The claim runs to its outcome even if the client goes away, and what
+	// a client gone will never learn of is released (fleet.Detached).
+	sbs, err := fleet.Detached(r.Context(), g.fleet, func(ctx context.Context) ([]nodeapi.Sandbox, error) {
+		s, err := g.claim(ctx, req.TemplateID, freq)
+		if err != nil {
+			return nil, err
+		}
+		return []nodeapi.Sandbox{s}, nil
+	})
+	var unknown *unknownTemplate
+	switch {
+	case errors.Is(err, fleet.ErrAbandoned):
+		return
+	case errors.As(err, &unknown):
+		writeError(w, http.StatusNotFound, "%v", unknown)
+		return
+	case err != nil:
 		fail(w, err, "template "+strconv.Quote(req.TemplateID))
 		return
 	}
-	if r.Context().Err() != nil {
-		// The client is gone and will never learn the id: give it back.
-		g.releaseOrphans(r.Context(), s)
-		return
-	}
-	g.unmiss(s)
-	writeJSON(w, http.StatusCreated, g.sandboxOf(s))
+	g.unmiss(sbs[0])
+	writeJSON(w, http.StatusCreated, g.sandboxOf(sbs[0]))
 }
 
-// releaseOrphans releases sandboxes claimed for a client that went away
-// before the answer, on a context of their own.
+// unknownTemplate is a create's templateID that no node has a pool of, no
+// alias names and no snapshot the key sees goes by (a 404).
+type unknownTemplate struct{ id, known string }
+
+func (e *unknownTemplate) Error() string {
+	return fmt.Sprintf("template %q not found: %s", e.id, e.known)
+}
+
+// claim claims a create's sandbox: a clone of the snapshot id names, else
+// one of req.Key's pool, else a clone of the snapshot named id.
+func (g *gateway) claim(ctx context.Context, id string, req fleet.Request) (nodeapi.Sandbox, error) {
+	if isSnapshotID(id) {
+		return g.claimSnapshot(ctx, id, req)
+	}
+	s, err := g.fleet.Claim(ctx, req)
+	var noCap *fleet.ErrNoWarmCapacity
+	if !errors.As(err, &noCap) || g.isPool(ctx, req.Key) {
+		return s, err
+	}
+	// Not a template any node serves: a snapshot may go by its name.
+	snap, ok := g.snapshotNamed(ctx, id)
+	if !ok {
+		return nodeapi.Sandbox{}, &unknownTemplate{id: id, known: g.knownTemplates(ctx)}
+	}
+	return g.cloneSnapshot(ctx, snap, req)
+}
+
+// releaseOrphans releases sandboxes claimed for a create that fails after
+// the claim, on a context of their own.
 func (g *gateway) releaseOrphans(ctx context.Context, sbs ...nodeapi.Sandbox) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fleet.ClaimTimeout)
 	defer cancel()
 	for _, s := range sbs {
 		_ = g.fleet.Release(ctx, s)
@@ -1063,13 +1087,15 @@ func (g *gateway) handleFork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "sandbox %q is paused and cannot be forked; connect (resume) it first", r.PathValue("id"))
 		return
 	}
-	children, err := g.fleet.Fork(r.Context(), s, count, ttl)
-	if err != nil {
-		failSandbox(w, r, err)
+	// As a create's: detached, and released if the client is gone.
+	children, err := fleet.Detached(r.Context(), g.fleet, func(ctx context.Context) ([]nodeapi.Sandbox, error) {
+		return g.fleet.Fork(ctx, s, count, ttl)
+	})
+	if errors.Is(err, fleet.ErrAbandoned) {
 		return
 	}
-	if r.Context().Err() != nil {
-		g.releaseOrphans(r.Context(), children...)
+	if err != nil {
+		failSandbox(w, r, err)
 		return
 	}
 	out := make([]map[string]any, 0, len(children))

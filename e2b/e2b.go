@@ -8,7 +8,10 @@
 // An e2b create is the same node-local warm claim as a Kubernetes Create:
 // the key comes from pool.KeyForE2B, the claim is recorded under
 // "<namespace>/e2b-<random>" so it shows in `kubectl get sandboxes`, and no
-// path cold-starts (no warm microVM → 503).
+// path cold-starts (no warm microVM → 503). Creates and forks claim
+// through fleet.Detached, as the Kubernetes surface does: the claim runs
+// to its answer if the client goes away, and what it delivered is then
+// released.
 //
 // Each API key acts in one namespace (APIKey, LoadKeys: "<key>
 // [namespace]" a line): its creates land there, labelled sandbox.LabelE2B,

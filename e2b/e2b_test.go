@@ -182,9 +182,32 @@ func startGatewayB(t testing.TB) *gw {
 	f.addWarm("rt", 10)
 	h, err := New(Config{Fleet: f, APIKeys: []string{"other", apiKey}, Domain: "gw.local"})
 	require.NoError(t, err)
-	srv := httptest.NewServer(h)
+	// Each request's context is a value of itself, so that a fake fleet
+	// handed a context detached from it sees when the server noticed
+	// the client leave (clientLeft).
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestCtxKey{}, r.Context())))
+	}))
 	t.Cleanup(srv.Close)
 	return &gw{t: t, url: srv.URL, f: f}
+}
+
+type requestCtxKey struct{}
+
+// clientLeft waits until the server noticed that the client of the
+// request ctx serves (any context derived from it, detached or not) went
+// away: its request context ended.
+func clientLeft(t testing.TB, ctx context.Context) {
+	rctx, ok := ctx.Value(requestCtxKey{}).(context.Context)
+	if !ok {
+		t.Error("not a request's context")
+		return
+	}
+	select {
+	case <-rctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Error("the server never noticed the client leave")
+	}
 }
 
 func (g *gw) call(method, path string, body any, out any) (*http.Response, []byte) {

@@ -40,6 +40,12 @@ type fakeFleet struct {
 	claimedAt func(n int) time.Time
 	// onClaim, when set, runs (unlocked) before a claim delivers.
 	onClaim func(ctx context.Context)
+	// inFlight, when set, runs (unlocked) once a claim, a fork or a claim
+	// from a snapshot made its sandboxes, while the node's answer is on its
+	// way. If ctx has ended by then the answer is lost, as a real fleet's
+	// call cancelled mid-answer: the node keeps the sandboxes and the
+	// caller gets ErrOutcomeUnknown.
+	inFlight func(ctx context.Context)
 	// refuse, when set, is what the node answers a fork, a snapshot or a
 	// claim from a snapshot instead (its quota refusals).
 	refuse error
@@ -114,10 +120,37 @@ func (f *fakeFleet) newSandbox(key pool.Key, ttl int64, ref string, env, md map[
 	return s, nil
 }
 
+// answered runs inFlight and reports whether the node's answer of a claim
+// of ref reached the caller (nil) or was lost (ErrOutcomeUnknown).
+func (f *fakeFleet) answered(ctx context.Context, ref string) error {
+	f.mu.Lock()
+	hook := f.inFlight
+	f.mu.Unlock()
+	if hook == nil {
+		return nil
+	}
+	hook(ctx)
+	if ctx.Err() != nil {
+		return &fleet.ErrOutcomeUnknown{Ref: ref, Node: "node-a", Err: ctx.Err()}
+	}
+	return nil
+}
+
 func (f *fakeFleet) Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandbox, error) {
 	if f.onClaim != nil {
 		f.onClaim(ctx)
 	}
+	s, err := f.claim(req)
+	if err == nil {
+		err = f.answered(ctx, req.Ref)
+	}
+	if err != nil {
+		return nodeapi.Sandbox{}, err
+	}
+	return s, nil
+}
+
+func (f *fakeFleet) claim(req fleet.Request) (nodeapi.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.claims = append(f.claims, req)
@@ -226,6 +259,17 @@ func (f *fakeFleet) Resume(ctx context.Context, l nodeapi.Sandbox) error {
 }
 
 func (f *fakeFleet) Fork(ctx context.Context, l nodeapi.Sandbox, count int, ttl int64) ([]nodeapi.Sandbox, error) {
+	kids, err := f.fork(l, count, ttl)
+	if err == nil {
+		err = f.answered(ctx, "")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return kids, nil
+}
+
+func (f *fakeFleet) fork(l nodeapi.Sandbox, count int, ttl int64) ([]nodeapi.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.refuse != nil {
@@ -311,6 +355,17 @@ func (f *fakeFleet) Stats(ctx context.Context, l nodeapi.Sandbox) (nodeapi.Stats
 }
 
 func (f *fakeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error) {
+	s, err := f.claimSnapshot(snap, req)
+	if err == nil {
+		err = f.answered(ctx, req.Ref)
+	}
+	if err != nil {
+		return nodeapi.Sandbox{}, err
+	}
+	return s, nil
+}
+
+func (f *fakeFleet) claimSnapshot(snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.refuse != nil {

@@ -156,10 +156,7 @@ func TestCreate_ClientGoneReleasesTheClaim(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	g.f.onClaim = func(sctx context.Context) {
 		cancel()
-		select { // the server notices the client is gone
-		case <-sctx.Done():
-		case <-time.After(5 * time.Second):
-		}
+		clientLeft(t, sctx)
 	}
 	req, _ := http.NewRequestWithContext(ctx, "POST", g.url+"/v2/sandboxes", strings.NewReader(`{"templateID":"rt"}`))
 	req.Header.Set("X-API-KEY", apiKey)
@@ -170,6 +167,50 @@ func TestCreate_ClientGoneReleasesTheClaim(t *testing.T) {
 		defer g.f.mu.Unlock()
 		return len(g.f.claims) == 1 && len(g.f.sandboxes) == 0
 	}, 5*time.Second, 10*time.Millisecond, "the claim nobody will learn of is released")
+}
+
+// TestClaims_AClientGoneMidAnswerLeaksNoMicroVM: a client that goes away
+// while its create, create from a snapshot or fork is at the node does not
+// cut the claim off — a claim cancelled mid-answer leaves its microVMs on
+// the node, unknown to anyone until their leases end. The claim runs to
+// its answer, and every sandbox it delivered is released.
+func TestClaims_AClientGoneMidAnswerLeaksNoMicroVM(t *testing.T) {
+	g := startGateway(t)
+	parent := g.create(map[string]any{"templateID": "rt"})
+	var snap snapshotJSON
+	resp, _ := g.call("POST", "/sandboxes/"+parent.SandboxID+"/snapshots", map[string]any{"name": "golden"}, &snap)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	for _, c := range []struct{ name, path, body string }{
+		{"create", "/v2/sandboxes", `{"templateID":"rt"}`},
+		{"create from a snapshot", "/v2/sandboxes", `{"templateID":"` + snap.SnapshotID + `"}`},
+		{"create from a snapshot's name", "/v2/sandboxes", `{"templateID":"golden"}`},
+		{"fork", "/sandboxes/" + parent.SandboxID + "/fork", `{"count":3}`},
+	} {
+		ctx, cancel := context.WithCancel(t.Context())
+		g.f.mu.Lock()
+		g.f.inFlight = func(sctx context.Context) {
+			cancel() // the client goes away while the node answers
+			clientLeft(t, sctx)
+		}
+		g.f.mu.Unlock()
+		req, _ := http.NewRequestWithContext(ctx, "POST", g.url+c.path, strings.NewReader(c.body))
+		req.Header.Set("X-API-KEY", apiKey)
+		_, err := http.DefaultClient.Do(req)
+		require.Error(t, err, c.name)
+		require.Eventually(t, func() bool {
+			g.f.mu.Lock()
+			defer g.f.mu.Unlock()
+			return len(g.f.sandboxes) == 1
+		}, 10*time.Second, 10*time.Millisecond, "%s: every microVM claimed for the client gone is released", c.name)
+		g.f.mu.Lock()
+		g.f.inFlight = nil
+		g.f.mu.Unlock()
+	}
+	g.f.mu.Lock()
+	defer g.f.mu.Unlock()
+	for id := range g.f.sandboxes {
+		require.True(t, MatchID(id, parent.SandboxID), "the parent stays")
+	}
 }
 
 func TestBadInput_Is4xxWithAJSONBody(t *testing.T) {

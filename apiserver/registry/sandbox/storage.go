@@ -131,9 +131,6 @@ func (s *sandboxStorage) GetSingularName() string { return "sandbox" }
 
 func isDryRun(opts []string) bool { return len(opts) > 0 }
 
-// claimTimeout bounds one claim (routing and every node asked).
-const claimTimeout = 30 * time.Second
-
 // generateNameTries bounds the names a Create with generateName tries when
 // the generated one is held.
 const generateNameTries = 5
@@ -206,30 +203,32 @@ func (s *sandboxStorage) create(ctx context.Context, in *sandboxv1beta1.Sandbox,
 	if held, ok := s.fleet.Held(ctx, ref); ok {
 		return nil, alreadyExists(out.Name, held)
 	}
-	// The claim runs to completion even if the client goes away, so its
-	// outcome is known; a delivery nobody will receive is released.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
-	defer cancel()
-	sb, err := s.fleet.Claim(cctx, fleet.Request{Key: key, TTLSeconds: ttl, Ref: ref, Env: env, Object: rec})
-	if errors.Is(err, nodeapi.ErrConflict) {
+	// The claim (and a Suspended sandbox's pause) runs to completion even
+	// if the client goes away, so its outcome is known; a delivery nobody
+	// will receive is released (fleet.Detached).
+	sbs, err := fleet.Detached(ctx, s.fleet, func(cctx context.Context) ([]nodeapi.Sandbox, error) {
+		sb, err := s.fleet.Claim(cctx, fleet.Request{Key: key, TTLSeconds: ttl, Ref: ref, Env: env, Object: rec})
+		if err != nil {
+			return nil, err
+		}
+		if out.Spec.OperatingMode == sandboxv1beta1.SandboxOperatingModeSuspended {
+			if err := s.fleet.Pause(cctx, sb); err != nil {
+				klog.ErrorS(err, "Pausing a sandbox created Suspended; it runs", "ref", ref, "id", sb.ID)
+			} else {
+				sb.Paused = true
+			}
+		}
+		return []nodeapi.Sandbox{sb}, nil
+	})
+	switch {
+	case errors.Is(err, fleet.ErrAbandoned):
+		return nil, apierrors.NewTimeoutError(fmt.Sprintf("claim for %s was abandoned by the client and released", ref), 0)
+	case errors.Is(err, nodeapi.ErrConflict):
 		return nil, alreadyExists(out.Name, nodeapi.Sandbox{})
-	}
-	if err != nil {
+	case err != nil:
 		return nil, fleetError(err, out.Name, "claim")
 	}
-	if ctx.Err() != nil {
-		if rerr := s.fleet.Release(cctx, sb); rerr != nil {
-			klog.ErrorS(rerr, "Releasing a claim whose client went away; the node reaps it at its deadline", "ref", ref, "id", sb.ID)
-		}
-		return nil, apierrors.NewTimeoutError(fmt.Sprintf("claim for %s was abandoned by the client and released", ref), 0)
-	}
-	if out.Spec.OperatingMode == sandboxv1beta1.SandboxOperatingModeSuspended {
-		if err := s.fleet.Pause(cctx, sb); err != nil {
-			klog.ErrorS(err, "Pausing a sandbox created Suspended; it runs", "ref", ref, "id", sb.ID)
-		} else {
-			sb.Paused = true
-		}
-	}
+	sb := sbs[0]
 	// The delivery is rendered like any read (Create, Get, List and Watch
 	// agree on uid, labels, annotations and spec), plus the token.
 	read := objectOf(sb)

@@ -2,6 +2,7 @@ package sandboxstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/sandbox"
 )
@@ -99,7 +101,13 @@ func (s *sandboxStorage) verbs() map[string]*verbStorage {
 					count = 1
 				}
 				return func(ctx context.Context, loc nodeapi.Sandbox) (runtime.Object, error) {
-					kids, err := s.fleet.Fork(ctx, loc, count, int64(in.TTLSeconds))
+					// As Create's claim: detached, and released if the client is gone.
+					kids, err := fleet.Detached(ctx, s.fleet, func(ctx context.Context) ([]nodeapi.Sandbox, error) {
+						return s.fleet.Fork(ctx, loc, count, int64(in.TTLSeconds))
+					})
+					if errors.Is(err, fleet.ErrAbandoned) {
+						return nil, apierrors.NewTimeoutError(fmt.Sprintf("fork of %s was abandoned by the client and its children released", loc.ClaimRef), 0)
+					}
 					if err != nil {
 						return nil, err
 					}
