@@ -1048,11 +1048,6 @@ func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, g.sandboxOf(s))
 }
 
-// maxForkCount is the most children one fork asks of the node (the
-// node's node.MaxForkCount, which a test keeps equal): more is a 400
-// before any node call, not the node's refusal.
-const maxForkCount = 16
-
 func (g *gateway) handleFork(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Timeout *int64 `json:"timeout"`
@@ -1065,8 +1060,10 @@ func (g *gateway) handleFork(w http.ResponseWriter, r *http.Request) {
 	if req.Count != nil {
 		count = *req.Count
 	}
-	if count < 1 || count > maxForkCount {
-		writeError(w, http.StatusBadRequest, "count must be in [1, %d] (a node forks at most %d children in one call), got %d", maxForkCount, maxForkCount, count)
+	// More than a node forks in one call is a 400 naming the bound, before
+	// any node call, not the node's refusal.
+	if count < 1 || count > nodeapi.MaxForkCount {
+		writeError(w, http.StatusBadRequest, "count must be in [1, %d] (a node forks at most %d children in one call), got %d", nodeapi.MaxForkCount, nodeapi.MaxForkCount, count)
 		return
 	}
 	ttl, ok := g.leaseSeconds(req.Timeout)

@@ -58,22 +58,23 @@ func TestQuota_NodeRefusalsReachTheClientAs429(t *testing.T) {
 }
 
 // TestFork_CountsTheNodeWouldRefuseAre400: e2b refuses a fork count the
-// node refuses, naming the bound, before any node call.
+// node refuses, naming the bound (nodeapi.MaxForkCount, the node's own),
+// before any node call.
 func TestFork_CountsTheNodeWouldRefuseAre400(t *testing.T) {
-	require.Equal(t, node.MaxForkCount, maxForkCount, "the gateway's bound is the node's")
+	require.Equal(t, nodeapi.MaxForkCount, node.MaxForkCount, "the node's bound is nodeapi's")
 	g := startGateway(t)
 	s := g.create(map[string]any{"templateID": "rt"})
 	n := g.f.lookupCount()
-	for _, count := range []int{0, -1, maxForkCount + 1, 100} {
+	for _, count := range []int{0, -1, nodeapi.MaxForkCount + 1, 100} {
 		resp, b := g.call("POST", "/sandboxes/"+s.SandboxID+"/fork", map[string]any{"count": count}, nil)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "count %d", count)
-		require.Contains(t, string(b), fmt.Sprintf("[1, %d]", node.MaxForkCount))
+		require.Contains(t, string(b), fmt.Sprintf("[1, %d]", nodeapi.MaxForkCount))
 	}
 	require.Equal(t, n, g.f.lookupCount(), "refused before any node call")
 	var forked []struct{ Sandbox sandboxJSON }
-	resp, b := g.call("POST", "/sandboxes/"+s.SandboxID+"/fork", map[string]any{"count": maxForkCount}, &forked)
+	resp, b := g.call("POST", "/sandboxes/"+s.SandboxID+"/fork", map[string]any{"count": nodeapi.MaxForkCount}, &forked)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
-	require.Len(t, forked, maxForkCount)
+	require.Len(t, forked, nodeapi.MaxForkCount)
 }
 
 // TestCreate_AnUnknownTemplateIs404NamingTheKnownOnes: a templateID no

@@ -43,8 +43,9 @@ var (
 	errClosing  = errorf(http.StatusServiceUnavailable, "node is shutting down")
 )
 
-// MaxForkCount is the largest fork fan-out.
-const MaxForkCount = 16
+// MaxForkCount is the largest fork fan-out: nodeapi.MaxForkCount, the one
+// place it lives.
+const MaxForkCount = nodeapi.MaxForkCount
 
 func (n *Node) lookup(id string) *sandbox {
 	n.mu.Lock()

@@ -220,6 +220,13 @@ type Info struct {
 	Paused  int        `json:"paused"`
 }
 
+// MaxForkCount is the most children one fork makes (ForkRequest.Count is
+// 1 to MaxForkCount): the node answers more with a 400, and every surface
+// (the Kubernetes fork subresource, the e2b API) refuses more itself with
+// a 400 naming it, before any node call. It is the one place the bound
+// lives.
+const MaxForkCount = 16
+
 // ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
 type ForkRequest struct {
 	Count      int   `json:"count"`

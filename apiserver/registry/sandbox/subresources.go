@@ -90,8 +90,8 @@ func (s *sandboxStorage) verbs() map[string]*verbStorage {
 		"fork": {s: s, verb: "fork", new: func() runtime.Object { return &sandbox.SandboxForkOptions{} },
 			do: func(obj runtime.Object) (func(context.Context, nodeapi.Sandbox) (runtime.Object, error), error) {
 				in := obj.(*sandbox.SandboxForkOptions)
-				if in.Count < 0 {
-					return nil, apierrors.NewBadRequest(fmt.Sprintf("count must be >= 1, got %d", in.Count))
+				if in.Count < 0 || in.Count > nodeapi.MaxForkCount {
+					return nil, apierrors.NewBadRequest(fmt.Sprintf("count must be in [1, %d] (a node forks at most %d children in one call; 0 means 1), got %d", nodeapi.MaxForkCount, nodeapi.MaxForkCount, in.Count))
 				}
 				if in.TTLSeconds < 0 {
 					return nil, apierrors.NewBadRequest(fmt.Sprintf("ttlSeconds must be >= 0, got %d", in.TTLSeconds))
