@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/nodeapi"
@@ -34,13 +31,12 @@ type nodesConfig struct {
 	diskBytes int64
 }
 
-// runningNode is one in-process node daemon and its HTTP server.
+// runningNode is one in-process node daemon, served by node.Serve until
+// cancel; done closes once Serve has returned (the node closed).
 type runningNode struct {
 	name, addr string
-	n          *node.Node
-	srv        *http.Server
-	runDone    chan struct{}
 	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
 type fleetNodes []*runningNode
@@ -101,12 +97,10 @@ func startNodes(ctx context.Context, cfg nodesConfig) (fleetNodes, error) {
 			return out, fmt.Errorf("node %s: %w", name, err)
 		}
 		nctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		rn := &runningNode{name: name, addr: ln.Addr().String(), n: n, cancel: cancel, runDone: make(chan struct{}),
-			srv: serve.NewServer(n.Handler(), serve.Options{})}
-		go func() { _ = rn.srv.Serve(serve.Listen(ln, serve.Options{})) }()
+		rn := &runningNode{name: name, addr: ln.Addr().String(), cancel: cancel, done: make(chan struct{})}
 		go func() {
-			defer close(rn.runDone)
-			if err := n.Run(nctx); err != nil && nctx.Err() == nil {
+			defer close(rn.done)
+			if err := node.Serve(nctx, n, ln, node.ServeOptions{Grace: 5 * time.Second}); err != nil {
 				klog.ErrorS(err, "node stopped", "node", name)
 			}
 		}()
@@ -115,25 +109,14 @@ func startNodes(ctx context.Context, cfg nodesConfig) (fleetNodes, error) {
 	return out, nil
 }
 
-// close stops every node concurrently: HTTP first, then the loops, then
-// Close (claimed VMs stopped for restore, warm VMs destroyed).
+// close stops every node and waits for them: each stops as node.Serve
+// does (HTTP first, then the loops, then Close: claimed VMs stopped for
+// restore, warm VMs destroyed), concurrently.
 func (ns fleetNodes) close() {
-	var wg sync.WaitGroup
 	for _, rn := range ns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = rn.srv.Shutdown(sctx)
-			cancel()
-			rn.cancel()
-			<-rn.runDone
-			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if err := rn.n.Close(cctx); err != nil {
-				klog.ErrorS(err, "node close", "node", rn.name)
-			}
-		}()
+		rn.cancel()
 	}
-	wg.Wait()
+	for _, rn := range ns {
+		<-rn.done
+	}
 }

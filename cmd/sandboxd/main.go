@@ -4,10 +4,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -86,34 +84,8 @@ func run(o *node.Options) error {
 		return err
 	}
 	serve.Shared().SetLimits(o.Conns)
-	ln = serve.Listen(ln, o.Serve)
-	srv := serve.NewServer(n.Handler(), o.Serve)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	runDone := make(chan struct{})
-	go func() { defer close(runDone); _ = n.Run(ctx) }()
 	klog.InfoS("sandboxd serving", "listen", ln.Addr().String(), "node", o.NodeName, "vmm", o.VMM)
-
-	var failed error
-	select {
-	case <-ctx.Done():
-		klog.InfoS("Shutting down")
-	case err := <-serveErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			failed = err
-		}
-	}
-	stop()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = srv.Shutdown(sctx)
-	cancel()
-	<-runDone
-	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := n.Close(cctx); err != nil && failed == nil {
-		failed = err
-	}
-	return failed
+	return node.Serve(ctx, n, ln, node.ServeOptions{Serve: o.Serve, Grace: 5 * time.Second})
 }

@@ -10,12 +10,12 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hearthvm/hearth/fleetview"
+	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/nodeapi"
@@ -81,20 +81,18 @@ func runNode(t testing.TB, ln net.Listener, name, dir string, drv *vmmtest.Drive
 		ln.Close()
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: nd.Handler()}
-	go func() { _ = srv.Serve(ln) }()
+	// Served as sandboxd serves it, but from a budget of its own: a test
+	// that tunes the process's (serve.Shared) does not count these.
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = nd.Run(ctx) }()
+	served := make(chan error, 1)
+	go func() {
+		served <- node.Serve(ctx, nd, ln, node.ServeOptions{Serve: serve.Options{Budget: serve.NewBudget(serve.Limits{})}, CloseTimeout: 30 * time.Second})
+	}()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
-			_ = srv.Close()
 			cancel()
-			<-done
-			cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer ccancel()
-			if err := nd.Close(cctx); err != nil {
+			if err := <-served; err != nil {
 				t.Errorf("closing %s: %v", name, err)
 			}
 		})
