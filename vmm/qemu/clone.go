@@ -1,0 +1,98 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hearthvm/hearth/agentapi"
+	"github.com/hearthvm/hearth/vmm"
+	"github.com/hearthvm/hearth/vmm/internal/uds"
+)
+
+// Clone implements vmm.Driver. The clone keeps the checkpoint's template,
+// size and environment; spec supplies its id, token and lane.
+func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Handle, error) {
+	if err := d.checkSpec(spec); err != nil {
+		return vmm.Handle{}, err
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return vmm.Handle{}, err
+	}
+	man, err := readManifest(dir)
+	if err != nil {
+		return vmm.Handle{}, err
+	}
+	defer d.lock(spec.ID)()
+	vdir := d.vmDir(spec.ID)
+	if err := os.Mkdir(vdir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return vmm.Handle{}, fmt.Errorf("qemu: vm %q already exists", spec.ID)
+		}
+		return vmm.Handle{}, err
+	}
+	full := man.Spec
+	full.ID, full.Token = spec.ID, spec.Token
+	if spec.Net != "" {
+		full.Net = spec.Net
+	}
+	rec := record{Spec: full, Machine: man.Machine, Restrict: full.Net != "egress"}
+	rec.Handle = vmm.Handle{ID: spec.ID, Backend: Backend, Dir: vdir, Token: man.Token}
+	if man.Memory == "file" {
+		rec.MemPath = filepath.Join(dir, "mem")
+	}
+	var err2 error
+	if man.Machine.Disk != "" {
+		rec.DiskBase = man.DiskBase
+		rec.Machine.Disk = filepath.Join(vdir, "disk.qcow2")
+		err2 = d.newOverlay(ctx, rec.Machine.Disk, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	}
+	h, err := vmm.Handle{}, err2
+	if err == nil {
+		h, err = d.launch(ctx, &rec, dir, d.o.BootTimeout)
+	}
+	// Re-key before returning: the checkpoint's token must never work on a
+	// VM that can be handed out.
+	if err == nil && spec.Token != man.Token {
+		err = d.setIdentity(ctx, h.Addr, man.Token, spec.Token)
+		if err == nil {
+			rec.Handle.Token = spec.Token
+			h = rec.Handle
+			err = uds.WriteJSON(filepath.Join(vdir, "vm.json"), rec)
+		}
+	}
+	if err != nil {
+		d.kill(rec.Handle.PID, vdir)
+		_ = os.RemoveAll(vdir)
+		return vmm.Handle{}, err
+	}
+	return h, nil
+}
+
+// setIdentity hands the agent at addr its new token, authenticated with
+// old. A transport error is retried (the restored guest's network may not
+// carry the request yet); an answer other than 2xx is final.
+func (d *Driver) setIdentity(ctx context.Context, addr, old, token string) error {
+	c := &agentapi.Client{Addr: addr, Token: old, HTTP: d.httpc}
+	var last error
+	for attempt := 0; attempt < 20; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := c.SetIdentity(rctx, token)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if agentapi.StatusOf(err) != 0 {
+			return fmt.Errorf("qemu: agent identity: %w", err)
+		}
+		last = err
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("qemu: agent identity: %w", last)
+}
