@@ -391,15 +391,15 @@ type lifecycle struct {
 	AutoResume bool   `json:"autoResume"`
 }
 
-// sizeShape is the nominal (upper bound) shape of a size class.
+// sizeShape is a size class's shape in the one table every backend boots
+// with (pool.Shapes): what e2b reports as cpuCount and memoryMB. An
+// unknown class reports small's.
 func sizeShape(size string) (cpus, memMB int) {
-	switch size {
-	case sandbox.SizeLarge:
-		return 8, 16384
-	case sandbox.SizeMedium:
-		return 4, 8192
+	s, ok := pool.ShapeOf(size)
+	if !ok {
+		s, _ = pool.ShapeOf("")
 	}
-	return 1, 2048
+	return s.VCPUs, s.MemoryMiB
 }
 
 // timeLayout is RFC 3339 with milliseconds, always three digits: what

@@ -126,3 +126,18 @@ func TestRoutes_AWrongMethodIs405WithAllow(t *testing.T) {
 	requireJSONError(t, http.StatusNotFound, status, b)
 	require.Zero(t, g.f.lookupCount())
 }
+
+// TestSizes_ReportedFromTheTable: the cpuCount and memoryMB e2b reports
+// for a sandbox are its size class's shape in the one table every backend
+// boots with (pool.Shapes; vmm/backends' TestSizes_EveryBackendBootsTheTable).
+func TestSizes_ReportedFromTheTable(t *testing.T) {
+	var g gateway
+	for size, want := range pool.Shapes() {
+		l := g.listedOf(nodeapi.Sandbox{ID: "sb_1", Size: size})
+		require.Equal(t, want.VCPUs, l.CPUCount, size)
+		require.Equal(t, want.MemoryMiB, l.MemoryMB, size)
+	}
+	small, _ := pool.ShapeOf("")
+	l := g.listedOf(nodeapi.Sandbox{ID: "sb_1", Size: "huge"})
+	require.Equal(t, []int{small.VCPUs, small.MemoryMiB}, []int{l.CPUCount, l.MemoryMB}, "an unknown class reports small's")
+}

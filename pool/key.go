@@ -27,14 +27,6 @@ func (k Key) String() string {
 // ErrInvalidKey is wrapped by every key derivation error; callers map it to 400.
 var ErrInvalidKey = errors.New("invalid pool key")
 
-// Size thresholds (strictly greater than moves up a class).
-var (
-	mediumCPU = resource.MustParse("1")
-	largeCPU  = resource.MustParse("4")
-	mediumMem = resource.MustParse("2Gi")
-	largeMem  = resource.MustParse("8Gi")
-)
-
 // Inputs are the raw axes a key is derived from.
 type Inputs struct {
 	// Image is the first container's image, byte for byte.
@@ -75,19 +67,6 @@ func (k Key) Normalize() (Key, error) {
 		return Key{}, fmt.Errorf("%w: unknown size %.32q (want %q, %q or %q)", ErrInvalidKey, k.Size, sandbox.SizeSmall, sandbox.SizeMedium, sandbox.SizeLarge)
 	}
 	return k, nil
-}
-
-func sizeOf(cpu, mem *resource.Quantity) string {
-	gt := func(q *resource.Quantity, limit resource.Quantity) bool {
-		return q != nil && q.Cmp(limit) > 0
-	}
-	switch {
-	case gt(cpu, largeCPU) || gt(mem, largeMem):
-		return sandbox.SizeLarge
-	case gt(cpu, mediumCPU) || gt(mem, mediumMem):
-		return sandbox.SizeMedium
-	}
-	return sandbox.SizeSmall
 }
 
 // effective returns the request for name, else its limit; zero counts as absent.

@@ -21,13 +21,13 @@ func TestCreateConfig(t *testing.T) {
 	}{{
 		name: "none lane",
 		spec: vmm.Spec{ID: "vm1", Net: "none", Token: "tok"},
-		sz:   Size{VCPUs: 1, MemMiB: 512},
+		sz:   Size{VCPUs: 1, MemoryMiB: 512},
 		want: `{"cpus":{"boot_vcpus":1,"max_vcpus":1},"memory":{"size":536870912},"payload":{"kernel":"/k/vmlinux","cmdline":"console=ttyS0 hearth.id=vm1 hearth.token=tok"},"rng":{"src":"/dev/urandom"},"serial":{"mode":"File","file":"/r/vm1/serial.log"},"console":{"mode":"Off"},"vsock":{"cid":3,"socket":"/r/vm1/vsock.sock","id":"vsock0"}}`,
 	}, {
 		name: "egress lane, initramfs, read-only rootfs",
 		o:    func(o Options) Options { o.Initramfs, o.Rootfs = "/k/initrd", "/k/root.img"; return o },
 		spec: vmm.Spec{ID: "vm1", Net: "egress"},
-		sz:   Size{VCPUs: 2, MemMiB: 2048},
+		sz:   Size{VCPUs: 2, MemoryMiB: 2048},
 		want: `{"cpus":{"boot_vcpus":2,"max_vcpus":2},"memory":{"size":2147483648},"payload":{"kernel":"/k/vmlinux","initramfs":"/k/initrd","cmdline":"console=ttyS0 hearth.id=vm1"},"disks":[{"path":"/k/root.img","readonly":true,"id":"rootfs"}],"net":[{"tap":"tap-vm1","mac":"` + uds.MAC("vm1") + `","id":"net0"}],"rng":{"src":"/dev/urandom"},"serial":{"mode":"File","file":"/r/vm1/serial.log"},"console":{"mode":"Off"},"vsock":{"cid":3,"socket":"/r/vm1/vsock.sock","id":"vsock0"}}`,
 	}}
 	for _, tc := range tests {

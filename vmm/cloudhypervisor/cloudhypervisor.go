@@ -45,10 +45,11 @@ import (
 // Name is the backend id.
 const Name = "cloud-hypervisor"
 
-// Size is one size class.
+// Size is one size class's machine.
 type Size = restvm.Size
 
-// DefaultSizes maps the pool size classes to VM shapes.
+// DefaultSizes maps the size classes to VM shapes: the one table,
+// pool.Shapes.
 var DefaultSizes = restvm.DefaultSizes()
 
 // DefaultCmdline is the guest kernel command line.
@@ -137,7 +138,7 @@ func CreateConfig(o Options, spec vmm.Spec, sz Size, p paths) VmConfig {
 	}
 	c := VmConfig{
 		Cpus:    &CpusConfig{BootVcpus: sz.VCPUs, MaxVcpus: sz.VCPUs},
-		Memory:  &MemoryConfig{Size: int64(sz.MemMiB) << 20},
+		Memory:  &MemoryConfig{Size: int64(sz.MemoryMiB) << 20},
 		Payload: &PayloadConfig{Kernel: o.Kernel, Initramfs: o.Initramfs, Cmdline: cmdline},
 		Rng:     &RngConfig{Src: "/dev/urandom"},
 		Serial:  &ConsoleConfig{Mode: "File", File: p.Serial},

@@ -34,7 +34,7 @@ func TestBootCalls(t *testing.T) {
 	}{{
 		name: "none lane, kernel only",
 		spec: vmm.Spec{ID: "vm1", Net: "none", Token: "tok"},
-		sz:   Size{VCPUs: 1, MemMiB: 512},
+		sz:   Size{VCPUs: 1, MemoryMiB: 512},
 		want: []string{
 			`PUT /machine-config {"vcpu_count":1,"mem_size_mib":512}`,
 			`PUT /boot-source {"kernel_image_path":"/k/vmlinux","boot_args":"console=ttyS0 hearth.id=vm1 hearth.token=tok"}`,
@@ -45,7 +45,7 @@ func TestBootCalls(t *testing.T) {
 		name: "egress lane with initrd and read-only rootfs",
 		o:    func(o Options) Options { o.Initrd, o.Rootfs = "/k/initrd", "/k/rootfs.ext4"; return o },
 		spec: vmm.Spec{ID: "vm1", Net: "egress"},
-		sz:   Size{VCPUs: 4, MemMiB: 8192},
+		sz:   Size{VCPUs: 4, MemoryMiB: 8192},
 		want: []string{
 			`PUT /machine-config {"vcpu_count":4,"mem_size_mib":8192}`,
 			`PUT /boot-source {"kernel_image_path":"/k/vmlinux","boot_args":"console=ttyS0 hearth.id=vm1","initrd_path":"/k/initrd"}`,

@@ -43,10 +43,11 @@ import (
 // Name is the backend id.
 const Name = "firecracker"
 
-// Size is one size class.
+// Size is one size class's machine.
 type Size = restvm.Size
 
-// DefaultSizes maps the pool size classes to machine configs.
+// DefaultSizes maps the size classes to machine configs: the one table,
+// pool.Shapes.
 var DefaultSizes = restvm.DefaultSizes()
 
 // DefaultBootArgs is the usual Firecracker guest command line.
@@ -139,7 +140,7 @@ func BootCalls(o Options, spec vmm.Spec, sz Size, p paths) []Call {
 		args += " hearth.token=" + spec.Token
 	}
 	calls := []Call{
-		{"PUT", "/machine-config", MachineConfig{VcpuCount: sz.VCPUs, MemSizeMib: sz.MemMiB}},
+		{"PUT", "/machine-config", MachineConfig{VcpuCount: sz.VCPUs, MemSizeMib: sz.MemoryMiB}},
 		{"PUT", "/boot-source", BootSource{KernelImagePath: o.Kernel, BootArgs: args, InitrdPath: o.Initrd}},
 	}
 	if o.Rootfs != "" {

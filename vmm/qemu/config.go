@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/hearthvm/hearth/pool"
 )
 
 // Guest is a bootable guest: kernel, initramfs, base kernel command line
@@ -19,10 +21,7 @@ type Guest struct {
 }
 
 // Size is the machine shape of a size class.
-type Size struct {
-	VCPUs     int `json:"vcpus"`
-	MemoryMiB int `json:"memory_mib"`
-}
+type Size = pool.Shape
 
 // Config maps templates (image references) to guests and size classes to
 // machine shapes. It is the node's --qemu-config file (JSON):
@@ -43,12 +42,9 @@ type Config struct {
 // microvm offers no timer to calibrate against.
 const DefaultCmdline = "console=ttyS0 quiet panic=-1 tsc_early_khz=2000000 tsc=reliable no_timer_check"
 
-// DefaultSizes are the machine shapes used when a config omits a size.
-var DefaultSizes = map[string]Size{
-	"small":  {VCPUs: 1, MemoryMiB: 256},
-	"medium": {VCPUs: 2, MemoryMiB: 512},
-	"large":  {VCPUs: 2, MemoryMiB: 1024},
-}
+// DefaultSizes are the machine shapes used when a config omits a size:
+// the one table, pool.Shapes.
+var DefaultSizes = pool.Shapes()
 
 // DefaultConfig maps every template to the guest built by
 // hack/setup.d/20-qemu-guest.sh into guestDir (vmlinuz, initrd.cpio.gz, and

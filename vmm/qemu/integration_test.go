@@ -293,7 +293,7 @@ func TestGuestLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("clone %d: rss %d MiB, private %d MiB, shared %d MiB", i+1, st.RSSBytes>>20, st.PrivateBytes>>20, st.SharedBytes>>20)
-		if st.RSSBytes <= 0 || st.MemTotalBytes != 256<<20 {
+		if st.RSSBytes <= 0 || st.MemTotalBytes != int64(DefaultSizes["small"].MemoryMiB)<<20 {
 			t.Fatalf("clone %d stats: %+v", i+1, st)
 		}
 	}

@@ -139,8 +139,9 @@
 // One cgroup per VM, <CgroupParent>/<hash of Root>-<id> (default parent
 // "hearth-sim"): on v1 in the freezer, memory, cpu, cpuacct and pids
 // hierarchies, on v2 in the unified one (detected by
-// /sys/fs/cgroup/cgroup.controllers). The size class sets memory and CPU:
-// small 1 CPU / 2 GiB, medium 4 / 8 GiB, large 8 / 16 GiB (memory limit and
+// /sys/fs/cgroup/cgroup.controllers). The size class sets memory and CPU,
+// its shape in the one table every backend boots with (pool.Shapes): small
+// 1 CPU / 2 GiB, medium 4 / 8 GiB, large 8 / 16 GiB (memory limit and
 // a CFS quota of cpus×100ms per 100ms), plus pids.max 4096 (tasks: a fork
 // bomb stops there; RLIMIT_NPROC would count every VM's processes
 // together, their uids being shared). No cgroup controller counts open

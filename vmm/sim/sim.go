@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/hearthvm/hearth/agentapi"
+	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 	"github.com/hearthvm/hearth/vmm/sim/seccomp"
@@ -632,17 +633,15 @@ func (d *Driver) Stats(ctx context.Context, h vmm.Handle) (vmm.Stats, error) {
 	return s, nil
 }
 
-// nominal returns the size class's vCPUs and memory, which the VM's cgroup
-// enforces (CPU quota and memory limit): small 1 CPU/2 GiB, medium 4/8 GiB,
-// large 8/16 GiB.
+// nominal returns the size class's vCPUs and memory in bytes, which the
+// VM's cgroup enforces (CPU quota and memory limit): its shape in the one
+// table, pool.Shapes (an unknown class is small's).
 func nominal(size string) (int, int64) {
-	switch size {
-	case "large":
-		return 8, 16 << 30
-	case "medium":
-		return 4, 8 << 30
+	s, ok := pool.ShapeOf(size)
+	if !ok {
+		s, _ = pool.ShapeOf("")
 	}
-	return 1, 2 << 30
+	return s.VCPUs, int64(s.MemoryMiB) << 20
 }
 
 // List returns every VM under the root whose init is alive.

@@ -19,24 +19,17 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/agentapi"
+	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
 
-// Size is one size class.
-type Size struct {
-	VCPUs  int
-	MemMiB int
-}
+// Size is one size class's machine.
+type Size = pool.Shape
 
-// DefaultSizes returns the pool size classes' default shapes.
-func DefaultSizes() map[string]Size {
-	return map[string]Size{
-		"small":  {VCPUs: 1, MemMiB: 512},
-		"medium": {VCPUs: 2, MemMiB: 2048},
-		"large":  {VCPUs: 4, MemMiB: 8192},
-	}
-}
+// DefaultSizes returns the size classes' shapes: the one table,
+// pool.Shapes.
+func DefaultSizes() map[string]Size { return pool.Shapes() }
 
 // Paths of one VM directory.
 type Paths struct {
@@ -274,7 +267,7 @@ func (d *Base) newHandle(spec vmm.Spec, p Paths, pid int, sz Size) vmm.Handle {
 		Meta: map[string]string{
 			"api_sock": p.API, "vsock_uds": p.Vsock,
 			"guest_cid": strconv.Itoa(int(d.c.GuestCID)),
-			"vcpus":     strconv.Itoa(sz.VCPUs), "mem_mib": strconv.Itoa(sz.MemMiB),
+			"vcpus":     strconv.Itoa(sz.VCPUs), "mem_mib": strconv.Itoa(sz.MemoryMiB),
 			"template": spec.Template, "net": spec.Net, "size": spec.Size,
 		},
 	}
@@ -474,7 +467,7 @@ func (d *Base) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Handle
 	if err := d.b.Clone(ctx, c, spec, p); err != nil {
 		return vmm.Handle{}, d.fail(spec.ID, p, proc, err)
 	}
-	h := d.newHandle(spec, p, proc.PID(), Size{VCPUs: m.VCPUs, MemMiB: m.MemMiB})
+	h := d.newHandle(spec, p, proc.PID(), Size{VCPUs: m.VCPUs, MemoryMiB: m.MemMiB})
 	if m.MAC != "" {
 		h.Meta["mac"] = m.MAC // the guest MAC cannot change on load
 	}

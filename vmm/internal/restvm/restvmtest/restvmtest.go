@@ -173,7 +173,7 @@ func Lifecycle(t *testing.T, d vmm.Driver, b Backend) {
 		t.Fatal("snapshot into an existing dir succeeded")
 	}
 	m, err := b.ReadManifest(ckpt)
-	if err != nil || m.MemMiB != 512 || m.Token != "tok-a" {
+	if err != nil || m.MemMiB != restvm.DefaultSizes()["small"].MemoryMiB || m.Token != "tok-a" {
 		t.Fatalf("manifest %+v: %v", m, err)
 	}
 
@@ -218,7 +218,8 @@ func Lifecycle(t *testing.T, d vmm.Driver, b Backend) {
 		t.Fatalf("list = %d handles, %v", len(list), err)
 	}
 	st, err := d.Stats(ctx, h)
-	if err != nil || st.CPUCount != 1 || st.MemTotalBytes != 512<<20 || st.RSSBytes <= 0 {
+	small := restvm.DefaultSizes()["small"]
+	if err != nil || st.CPUCount != small.VCPUs || st.MemTotalBytes != int64(small.MemoryMiB)<<20 || st.RSSBytes <= 0 {
 		t.Fatalf("stats %+v: %v", st, err)
 	}
 
