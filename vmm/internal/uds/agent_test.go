@@ -124,3 +124,21 @@ func TestWaitAgent_ReturnsOnHealthyGivesUpAtDeadline(t *testing.T) {
 		t.Fatalf("an agent answering 503: WaitAgent = %v", err)
 	}
 }
+
+// A VMM that exits ends the wait for its agent at once, not at the
+// caller's deadline (the start timeout: 30 s by default).
+func TestWaitAgent_VMMExitEndsTheWaitAtOnce(t *testing.T) {
+	addr, _ := agentStub(t, http.StatusServiceUnavailable)
+	exited := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	time.AfterFunc(50*time.Millisecond, func() { close(exited) })
+	start := time.Now()
+	err := WaitAgent(ctx, addr, exited)
+	if err == nil || !strings.Contains(err.Error(), "vmm exited") {
+		t.Fatalf("WaitAgent after the VMM exited = %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("WaitAgent returned %v after the VMM exited, at the caller's deadline", d)
+	}
+}
