@@ -23,7 +23,9 @@ func viewOf(total int) (*inventory.Static, string, string) {
 			name := fmt.Sprintf("ns/sb-%d-%d", n, i)
 			es[i] = inventory.Entry{Name: name, ID: fmt.Sprintf("sb_%d_%d", n, i), Phase: "Running", ClaimRef: name, Deadline: &ts, ClaimedAt: &ts}
 		}
-		invs[n] = &inventory.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%02d", n)}, Node: fmt.Sprintf("n%02d", n), Address: "127.0.0.1:1", Entries: es}
+		// No address: a lookup then returns the view's entry without a
+		// node call, so the benchmarks measure the view's part of it.
+		invs[n] = &inventory.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%02d", n)}, Node: fmt.Sprintf("n%02d", n), Entries: es}
 	}
 	mid := invs[nodes/2].Entries[len(invs[nodes/2].Entries)/2]
 	return inventory.NewStatic(invs...), mid.Name, mid.ID

@@ -8,6 +8,15 @@
 // status (HTTPStatus). Every sandbox it returns is the one record
 // nodeapi.Sandbox, located (Node, NodeAddr) and with defaults set once here.
 //
+// The view says which node holds a sandbox; that node's record is the
+// truth. A lookup (ByRef, ByID) asks the node the index or the view names
+// and returns its record — spec, managed fields, labels, annotations and
+// metadata as the create stored them —, the same on every replica and
+// after any restart; only a node that does not answer leaves the view's
+// entry. List reads the view, whose entries carry labels, annotations and
+// the claims' metadata from the nodes' streams, so its filters see them on
+// every replica.
+//
 // # Names
 //
 // A name ("<ns>/<name>", the claim ref) is unique per node by the node's

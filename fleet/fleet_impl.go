@@ -74,7 +74,8 @@ type Config struct {
 // HTTP API. Claims are routed by power of two choices over advertised warm
 // capacity (see Route). Lookups consult, in order: the claim-time index and
 // that node live, the view (the Locator when there is one, else the
-// View's entries), then every node live — never waiting for a publish. Verbs go to the owning node by claim id; a node's 404 is
+// View's entries) and the one node it names, then every node live — never
+// waiting for a publish; they return the holding node's record. Verbs go to the owning node by claim id; a node's 404 is
 // ErrNotFound, its other errors keep their status (see HTTPStatus).
 type NodeFleet struct {
 	cfg   Config
@@ -433,6 +434,15 @@ func (f *NodeFleet) SetLabels(ctx context.Context, s nodeapi.Sandbox, req nodeap
 	return out, nil
 }
 
+// lookup returns the holding node's record of key (a claim ref or a claim
+// id): the node the claim-time index, else the view, names is asked (one
+// call); a key neither knows, or that node no longer holds, is asked of
+// every node. The view says which node holds a sandbox; that node's record
+// is the truth — spec, managed fields, metadata, version —, so a read on
+// any replica, or after a restart, returns what the create stored. Only
+// when the named node does not answer is the view's entry returned (what
+// the stream or a publish last said of it: no spec, managed fields, net,
+// size or version).
 func (f *NodeFleet) lookup(ctx context.Context, key string, byRef bool) (nodeapi.Sandbox, error) {
 	if key == "" {
 		return nodeapi.Sandbox{}, ErrNotFound
@@ -441,7 +451,20 @@ func (f *NodeFleet) lookup(ctx context.Context, key string, byRef bool) (nodeapi
 		return s, nil
 	}
 	if it, ok := f.find(key, byRef); ok && it.Entry.ID != "" {
-		return it.Sandbox(), nil
+		if it.Node.Address == "" {
+			return it.Sandbox(), nil
+		}
+		s, err := f.ask(ctx, it.Node.Name, it.Node.Address, key, byRef)
+		switch {
+		case err == nil:
+			f.index.put(s)
+			return s, nil
+		case !errors.Is(err, ErrNotFound):
+			if ctx.Err() != nil {
+				return nodeapi.Sandbox{}, ctx.Err()
+			}
+			return it.Sandbox(), nil
+		}
 	}
 	return f.askAll(ctx, key, byRef)
 }
@@ -600,8 +623,12 @@ var ErrIncomplete = errors.New("some nodes did not answer")
 // Locator), then the
 // indexed claims the view does not list yet, each verified live (one a
 // node no longer holds is dropped from the index; one whose node does not
-// answer is listed as indexed). What the view does not publish (net, size,
-// metadata) is filled from the index. No record carries its token.
+// answer is listed as indexed). Each record carries what the view's entry
+// does — labels, annotations, e2b visibility and the claim's metadata, on
+// every replica and after any restart (the nodes' streams carry them) —;
+// what the view does not carry (net, size) is filled from the index, as
+// is the metadata of an entry the view read from a published object. No
+// record carries its token.
 func (f *NodeFleet) List(ctx context.Context) ([]nodeapi.Sandbox, error) {
 	items := f.items()
 	out := make([]nodeapi.Sandbox, 0, len(items))
@@ -609,7 +636,10 @@ func (f *NodeFleet) List(ctx context.Context) ([]nodeapi.Sandbox, error) {
 	for _, it := range items {
 		s := it.Sandbox()
 		if rec, ok := f.index.get(s.ID, false); ok {
-			s.Net, s.Size, s.Metadata = rec.Net, rec.Size, rec.Metadata
+			s.Net, s.Size = rec.Net, rec.Size
+			if s.Metadata == nil {
+				s.Metadata = rec.Metadata
+			}
 		}
 		seen[s.ID] = true
 		out = append(out, s)

@@ -60,8 +60,9 @@ func entryItem(node *inventory.Node, id, name, agent string) inventory.Item {
 
 // With a Locator, the fleet's lookups, Held and List find sandboxes there,
 // never in the View's entries: an entry the View still lists but the
-// Locator no longer holds is gone, and one only the Locator holds is found
-// without waiting for a publish.
+// Locator no longer holds is gone. A lookup asks the node the Locator
+// names and returns that node's record (an entry the node does not hold
+// is not found); List lists the Locator's entries.
 func TestFleet_LookupsReadTheLocatorNotTheViewsEntries(t *testing.T) {
 	f := fleettest.Start(t, 2)
 	f.SetWarm(t, spec, 1, 0)
@@ -75,7 +76,8 @@ func TestFleet_LookupsReadTheLocatorNotTheViewsEntries(t *testing.T) {
 	node0 := &inventory.Node{Name: n0.Name, Address: n0.Addr}
 	loc := &fakeLocator{items: []inventory.Item{
 		entryItem(node0, "sb_live", "ns/live", "10.9.9.9:1"),
-		entryItem(node0, direct.ID, "ns/direct", direct.AgentAddr),
+		// The node's record, not this entry, is what a lookup returns.
+		entryItem(node0, direct.ID, "ns/direct", "10.9.9.9:2"),
 	}}
 	// The View's entries are stale: they list a sandbox long gone.
 	stale := n0.Inventory()
@@ -94,8 +96,8 @@ func TestFleet_LookupsReadTheLocatorNotTheViewsEntries(t *testing.T) {
 				op, key string
 				wantID  string // "" means ErrNotFound
 			}{
-				{"ByRef", "ns/live", "sb_live"},
-				{"ByID", "sb_live", "sb_live"},
+				{"ByRef", "ns/live", ""},
+				{"ByID", "sb_live", ""},
 				{"ByRef", "ns/stale", ""},
 				{"ByID", "sb_stale", ""},
 				{"ByRef", "ns/direct", direct.ID},
@@ -110,12 +112,12 @@ func TestFleet_LookupsReadTheLocatorNotTheViewsEntries(t *testing.T) {
 				}
 				switch {
 				case l.wantID == "" && !errors.Is(err, fleet.ErrNotFound):
-					t.Errorf("%s(%s) = %+v, %v; want ErrNotFound (the View's entry is stale)", l.op, l.key, got, err)
+					t.Errorf("%s(%s) = %+v, %v; want ErrNotFound (no node holds it)", l.op, l.key, got, err)
 				case l.wantID != "" && (err != nil || got.ID != l.wantID || got.Node != n0.Name || got.NodeAddr != n0.Addr):
 					t.Errorf("%s(%s) = %+v, %v; want %s on %s at %s", l.op, l.key, got, err, l.wantID, n0.Name, n0.Addr)
 				}
-				if l.key == "ns/live" && err == nil && got.AgentAddr != "10.9.9.9:1" {
-					t.Errorf("%s(%s) was not read from the Locator: %+v", l.op, l.key, got)
+				if l.wantID == direct.ID && err == nil && got.AgentAddr != direct.AgentAddr {
+					t.Errorf("%s(%s) = %+v; want node-0's record (agent %s), not the Locator's entry", l.op, l.key, got, direct.AgentAddr)
 				}
 			}
 			// Held verifies with the one node the Locator names.

@@ -8,6 +8,16 @@
 // and the sandboxes storage its list/watch source and revisions — one
 // store, read as of its last applied change, never a rebuilt copy.
 //
+// An entry is what the node's stream carries: labels, annotations, e2b
+// visibility and the claim's metadata (inventory.Entry), so every
+// replica's list filters — label selectors, e2b's metadata filter — work
+// after any restart. It says which node holds the sandbox; the spec and
+// managed fields stay in that node's record (a Get asks the node: package
+// fleet). A published NodeInventory carries no metadata: an entry adopted
+// from one keeps the metadata the stream gave its claim id (Store.put),
+// and a sandbox only ever seen published has none until its node's stream
+// is back.
+//
 // It must not write anything: NodeInventory stays the nodes' to publish,
 // and no state here survives a restart (revisions are per process; see
 // Store).

@@ -22,7 +22,8 @@ type rec struct {
 	// starts): one string header and one allocation instead of two.
 	key string
 	// meta holds what most entries lack: the user's labels and
-	// annotations, and an agent address that is not IPv4 host:port.
+	// annotations, the claim's metadata, and an agent address that is not
+	// IPv4 host:port.
 	meta *recMeta
 	rev  uint64
 	node *nodeState
@@ -47,7 +48,9 @@ func (r *rec) id() string   { return r.key[r.split:] }
 // recMeta is the rare part of a rec (shared, never modified).
 type recMeta struct {
 	labels, annotations map[string]string
-	agentAddr           string // when not packed in ip4/port
+	// metadata is the claim's (inventory.Entry.Metadata), fixed at claim.
+	metadata  map[string]string
+	agentAddr string // when not packed in ip4/port
 }
 
 // timeBase is the zero of rec's times: 2020-01-01 UTC (they fit until 2156).
@@ -142,16 +145,26 @@ func (s *Store) newRec(n *nodeState, e *inventory.Entry) *rec {
 	} else {
 		addr = e.AgentAddr
 	}
-	if len(e.Labels) > 0 || len(e.Annotations) > 0 || addr != "" {
-		r.meta = &recMeta{labels: e.Labels, annotations: e.Annotations, agentAddr: addr}
+	if len(e.Labels) > 0 || len(e.Annotations) > 0 || len(e.Metadata) > 0 || addr != "" {
+		r.meta = &recMeta{labels: e.Labels, annotations: e.Annotations, metadata: e.Metadata, agentAddr: addr}
 	}
 	return r
 }
 
+// metadataOf is r's claim metadata (nil for none).
+func (r *rec) metadataOf() map[string]string {
+	if r.meta == nil {
+		return nil
+	}
+	return r.meta.metadata
+}
+
 // holds reports whether r's content is e's. A claim time in whole
 // seconds (a published NodeInventory's: metav1.Time's JSON has no
-// fraction) holds r's with milliseconds in that second, so a node's stream
-// falling back to its published object changes none of its entries.
+// fraction) holds r's with milliseconds in that second, and an entry
+// without metadata (a published one: the metadata is on the stream only)
+// holds r's, so a node's stream falling back to its published object
+// changes none of its entries.
 func (s *Store) holds(r *rec, e *inventory.Entry) bool {
 	paused := e.Phase == sandbox.PhasePaused
 	var labels, annotations map[string]string
@@ -162,7 +175,8 @@ func (s *Store) holds(r *rec, e *inventory.Entry) bool {
 		r.deadline == secsOf(e.Deadline) && r.claimedAt == secsOf(e.ClaimedAt) &&
 		(r.claimedMs() == msOf(e.ClaimedAt) || msOf(e.ClaimedAt) == 0) &&
 		(r.flags&flagPaused != 0) == paused && (r.flags&flagRef != 0) == (e.ClaimRef != "") && (r.flags&flagE2B != 0) == e.E2B &&
-		s.templates[r.tmpl] == e.Template && maps.Equal(labels, e.Labels) && maps.Equal(annotations, e.Annotations)
+		s.templates[r.tmpl] == e.Template && maps.Equal(labels, e.Labels) && maps.Equal(annotations, e.Annotations) &&
+		(len(e.Metadata) == 0 || maps.Equal(r.metadataOf(), e.Metadata))
 }
 
 // template interns a template; call with s.mu held. Past 65,535
@@ -196,7 +210,7 @@ func (s *Store) entry(r *rec) *inventory.Entry {
 func (s *Store) entryInto(r *rec, dl, ca *metav1.Time) inventory.Entry {
 	e := inventory.Entry{Name: r.name(), ID: r.id(), Phase: sandbox.PhaseRunning, Template: s.templates[r.tmpl], AgentAddr: r.agentAddr()}
 	if r.meta != nil {
-		e.Labels, e.Annotations = r.meta.labels, r.meta.annotations
+		e.Labels, e.Annotations, e.Metadata = r.meta.labels, r.meta.annotations, r.meta.metadata
 	}
 	if r.flags&flagPaused != 0 {
 		e.Phase = sandbox.PhasePaused

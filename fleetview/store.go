@@ -161,11 +161,19 @@ func (s *Store) node(name string) *nodeState {
 	return n
 }
 
-// put adds or replaces the entry of e.ID on n; call with s.mu held.
+// put adds or replaces the entry of e.ID on n; call with s.mu held. The
+// claim's metadata is fixed at claim and only the stream carries it: an
+// entry without any (a published one) keeps what the store holds for its
+// claim id.
 func (s *Store) put(n *nodeState, e *inventory.Entry) {
 	old := s.names.find(e.Name, n, e.ID)
 	if old != nil && s.holds(old, e) {
 		return
+	}
+	if old != nil && len(e.Metadata) == 0 && len(old.metadataOf()) > 0 {
+		c := *e // e may be a published object's, which is shared
+		c.Metadata = old.metadataOf()
+		e = &c
 	}
 	r := s.newRec(n, e)
 	if old == nil {

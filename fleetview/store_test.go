@@ -485,3 +485,57 @@ func TestE2B_VisibilityKeptFromStreamAndPublished(t *testing.T) {
 	eq(t, changes(t, s, rv), []string{"MODIFIED ns/5@n2"})
 	check("changed", map[string]bool{"sb_5": false})
 }
+
+// TestMetadata_FromTheStreamKeptAcrossAPublishedFallback: a claim's
+// metadata (e2b's, which its list filter reads) reaches the view's entry
+// from the node's change stream; the published NodeInventory carries none,
+// and falling back to it keeps the stream's metadata for each claim id
+// without a change, while a claim only the published object shows has
+// none.
+func TestMetadata_FromTheStreamKeptAcrossAPublishedFallback(t *testing.T) {
+	md := func(s nodeapi.Sandbox, v string) nodeapi.Sandbox { s.Metadata = map[string]string{"bar": v}; return s }
+	s := NewStore(0)
+	s.SetPublished(published("n1", "a:1"), t0)
+	mustApply(t, s, "n1", snapshot("e1", 1, md(sb("sb_1", "ns/1"), "x")), put("e1", 2, md(sb("sb_2", "ns/2"), "y")))
+	check := func(step string, want map[string]string) {
+		t.Helper()
+		for id, w := range want {
+			it, ok := s.CurrentByID(id)
+			if !ok {
+				t.Fatalf("%s: %s not in the view", step, id)
+			}
+			if it.Entry.Metadata["bar"] != w || it.Sandbox().Metadata["bar"] != w {
+				t.Errorf("%s: %s: entry metadata %v, sandbox metadata %v, want bar=%q", step, id, it.Entry.Metadata, it.Sandbox().Metadata, w)
+			}
+		}
+		n := 0
+		for _, w := range want {
+			if w != "" {
+				n++
+			}
+		}
+		if items, _ := s.List(func(it inventory.Item) bool { return it.Entry.Metadata["bar"] != "" }); len(items) != n {
+			t.Errorf("%s: a list filtered on metadata has %d entries, want %d", step, len(items), n)
+		}
+	}
+	check("streamed", map[string]string{"sb_1": "x", "sb_2": "y"})
+
+	// What the node publishes: no metadata (node.Inventory leaves it out).
+	pub := published("n1", "a:1", sb("sb_1", "ns/1"), sb("sb_2", "ns/2"), sb("sb_3", "ns/3"))
+	rv := s.Rev()
+	s.StreamDown("n1", t0.Add(time.Second))
+	s.SetPublished(pub, t0.Add(2*time.Second))
+	eq(t, changes(t, s, rv), []string{"ADDED ns/3@n1"})
+	check("after the fallback", map[string]string{"sb_1": "x", "sb_2": "y", "sb_3": ""})
+	for _, e := range pub.Entries {
+		if e.Metadata != nil {
+			t.Fatalf("the published object was written to: %+v", e)
+		}
+	}
+
+	// The stream back: the same metadata is no change; sb_3's is.
+	rv = s.Rev()
+	mustApply(t, s, "n1", snapshot("e2", 1, md(sb("sb_1", "ns/1"), "x"), md(sb("sb_2", "ns/2"), "y"), md(sb("sb_3", "ns/3"), "z")))
+	eq(t, changes(t, s, rv), []string{"MODIFIED ns/3@n1"})
+	check("stream back", map[string]string{"sb_1": "x", "sb_2": "y", "sb_3": "z"})
+}

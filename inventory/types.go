@@ -88,6 +88,13 @@ type Entry struct {
 	// E2B is the sandbox's e2b visibility (nodeapi.Lifecycle.E2B), fixed
 	// at claim, so that a list of the e2b gateway's sees it.
 	E2B bool `json:"e2b,omitempty"`
+	// Metadata is the claim's metadata (e2b's), fixed at claim, so that
+	// the e2b gateway's list filters see it on every replica. A node's
+	// change stream carries it; its published NodeInventory does not (an
+	// entry's metadata, up to e2b's 64 KiB, would soon outgrow the API
+	// server's object size limit), so an entry read from a published
+	// object has none, and the live view keeps what the stream gave it.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // NodeInventoryList is a list of NodeInventory.

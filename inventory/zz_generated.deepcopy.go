@@ -34,6 +34,13 @@ func (in *Entry) DeepCopyInto(out *Entry) {
 			(*out)[key] = val
 		}
 	}
+	if in.Metadata != nil {
+		in, out := &in.Metadata, &out.Metadata
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	return
 }
 

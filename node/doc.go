@@ -4,7 +4,14 @@
 // and client are package nodeapi: a sandbox is one nodeapi.Sandbox record,
 // rendered from the claim table by Node.wire), reaps leases at their
 // deadline, and publishes the node's NodeInventory (entries converted by
-// inventory.EntryOf).
+// inventory.EntryOf, without the claims' metadata) and its change stream
+// (GET /v1/watch: the same entries with the metadata; watch.go).
+//
+// What a claim carried — the object's user part and the metadata — is
+// stored with the claim, in its durable record (table.go's record; the
+// claim journal), and returned by every lookup of the sandbox: after a
+// node restart, and to any API server replica, the node's record is the
+// truth of what a create stored.
 //
 // Names: a claim ref names at most one live sandbox on a node. A claim,
 // a fork child or a named snapshot claim of a held ref is refused with 409,

@@ -9,7 +9,10 @@ import (
 )
 
 // Inventory returns the node's NodeInventory as it would be published now:
-// pools sorted by key, entries (inventory.EntryOf) sorted by name.
+// pools sorted by key, entries (inventory.EntryOf) sorted by name, without
+// the claims' metadata (inventory.Entry.Metadata: the change stream
+// carries it, the published object stays within the API server's size
+// limit).
 func (n *Node) Inventory() *inventory.NodeInventory {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -28,6 +31,7 @@ func (n *Node) Inventory() *inventory.NodeInventory {
 	}
 	for _, sb := range n.tab.byID {
 		s := n.wire(sb.rec, false)
+		s.Metadata = nil
 		inv.Entries = append(inv.Entries, inventory.EntryOf(&s))
 	}
 	sort.Slice(inv.Entries, func(i, j int) bool {

@@ -69,10 +69,14 @@ func newHub() *hub {
 }
 
 // streamed is a record as the stream publishes it: what NodeInventory
-// carries, so no token, metadata, spec or managed fields.
+// carries (labels, annotations, e2b visibility) and the claim's metadata,
+// so that every replica's list filters see it; no token, spec or managed
+// fields (a read of one sandbox asks this node for those: its record is
+// the truth). The metadata is fixed at claim, and the record's map is
+// shared, never copied.
 func streamed(r *record, node, addr string) *nodeapi.Sandbox {
 	s := wireRecord(r, node, addr, false)
-	s.Metadata, s.Spec, s.ManagedFields = nil, nil, nil
+	s.Spec, s.ManagedFields = nil, nil
 	return &s
 }
 
@@ -211,7 +215,7 @@ func (h *hub) apply(sbs []*nodeapi.Sandbox, pools []nodeapi.PoolInfo) int {
 
 // samePublished reports whether a and b publish the same entry
 // (inventory.EntryOf: the deadline in whole seconds, the claim time in
-// milliseconds, labels, annotations and e2b visibility) on
+// milliseconds, labels, annotations, e2b visibility and metadata) on
 // the same pool key. The record's maps are replaced, never mutated, on a
 // change (PUT /v1/sandboxes/{id}/labels), so comparing them is sound.
 func samePublished(a, b *nodeapi.Sandbox) bool {
@@ -219,7 +223,8 @@ func samePublished(a, b *nodeapi.Sandbox) bool {
 		a.Template == b.Template && a.Net == b.Net && a.Size == b.Size &&
 		a.Deadline.Unix() == b.Deadline.Unix() && a.ClaimedAt.UnixMilli() == b.ClaimedAt.UnixMilli() &&
 		a.Deadline.IsZero() == b.Deadline.IsZero() && a.ClaimedAt.IsZero() == b.ClaimedAt.IsZero() &&
-		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations) && a.E2B == b.E2B
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations) && a.E2B == b.E2B &&
+		maps.Equal(a.Metadata, b.Metadata)
 }
 
 // append records one event at the next revision; call with h.mu held.

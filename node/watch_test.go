@@ -434,3 +434,57 @@ func TestWatch_CheckRepairsAndCountsAChangeThatBypassedTheTable(t *testing.T) {
 		t.Fatalf("a second check repaired %d", d)
 	}
 }
+
+// The change stream carries a claim's metadata and labels (what every
+// replica's list filters read), in its PUT and, after a kill -9 and a
+// restart on the same data dir, in the new epoch's SNAPSHOT; never its
+// token, spec or managed fields (a lookup returns those). The published
+// NodeInventory carries no metadata.
+func TestWatch_MetadataAndLabelsOnTheStreamAcrossACrash(t *testing.T) {
+	drv := newFakeDriver()
+	cfg := Config{Name: "n1", DataDir: t.TempDir(), Driver: drv, RootToken: testRoot, ReapInterval: 50 * time.Millisecond, RefillInterval: 50 * time.Millisecond}
+	a := runNode(t, cfg)
+	if _, err := a.root.PutPools(bg, pools("img", 1)); err != nil {
+		t.Fatal(err)
+	}
+	a.waitWarm(t, "img", 1)
+	ch, stop := collect(t, a.root, nodeapi.WatchPosition{})
+	next(t, ch) // the SNAPSHOT
+	md := map[string]string{"bar": "x"}
+	obj := nodeapi.Object{Labels: map[string]string{"team": "a"}, Spec: []byte(`{"k":1}`), ManagedFields: []byte(`[{"manager":"me"}]`)}
+	s, err := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/md", Metadata: md, Object: obj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamedOK := func(step string, got *nodeapi.Sandbox) {
+		t.Helper()
+		if got.ID != s.ID || !maps.Equal(got.Metadata, md) || !maps.Equal(got.Labels, obj.Labels) {
+			t.Errorf("%s: %+v; want %s with metadata %v and labels %v", step, got, s.ID, md, obj.Labels)
+		}
+		if got.Token != "" || got.Spec != nil || got.ManagedFields != nil {
+			t.Errorf("%s: the stream carries a token, spec or managed fields: %+v", step, got)
+		}
+	}
+	put := next(t, ch)
+	if put.Type != nodeapi.WatchPut {
+		t.Fatalf("after claim: %+v", put)
+	}
+	streamedOK("PUT", put.Sandbox)
+	stop()
+	if inv := a.Inventory(); len(inv.Entries) != 1 || inv.Entries[0].Metadata != nil || inv.Entries[0].Labels["team"] != "a" {
+		t.Fatalf("published entries %+v; want one with its labels and no metadata", inv.Entries)
+	}
+	a.crash()
+
+	b := runNode(t, cfg)
+	ch, _ = collect(t, b.root, nodeapi.WatchPosition{Epoch: put.Epoch, Rev: put.Rev})
+	snap := next(t, ch)
+	if snap.Type != nodeapi.WatchSnapshot || snap.Epoch == put.Epoch || len(snap.Snapshot.Sandboxes) != 1 {
+		t.Fatalf("after the restart: %+v", snap)
+	}
+	streamedOK("SNAPSHOT after the restart", &snap.Snapshot.Sandboxes[0])
+	if got, err := b.root.Get(bg, s.ID); err != nil || string(got.Spec) != string(obj.Spec) ||
+		string(got.ManagedFields) != string(obj.ManagedFields) || !maps.Equal(got.Metadata, md) {
+		t.Fatalf("lookup after the restart: %+v, %v; want what the claim stored", got, err)
+	}
+}

@@ -50,7 +50,10 @@ type WatchEvent struct {
 	Type  WatchEventType `json:"type"`
 	Epoch string         `json:"epoch"`
 	Rev   uint64         `json:"rev"`
-	// Sandbox is the record of a PUT or DELETE (never with a token).
+	// Sandbox is the record of a PUT or DELETE: what a NodeInventory
+	// entry carries (labels, annotations, e2b visibility) and the claim's
+	// metadata, never a token, spec or managed fields (a lookup of the
+	// sandbox on its node returns those).
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
 	// Pool is the row of a POOL event.
 	Pool *PoolInfo `json:"pool,omitempty"`

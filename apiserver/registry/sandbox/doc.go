@@ -12,7 +12,9 @@
 // KiB: 422 beyond, before any node is asked) and renders the delivered
 // nodeapi.Sandbox like any read (objectOf). Reads are rendered from that
 // one record: live lookups through the fleet (Get, a name-pinned list or
-// watch, never waiting for a publish) and, for List and Watch, the live
+// watch, never waiting for a publish: the holding node's record, with
+// spec and managedFields, on every replica and after any restart — the
+// view only says which node to ask) and, for List and Watch, the live
 // fleet view (Config.Live, live.go: a revision per applied change,
 // Kubernetes resume and 410 semantics; an Update accepts the revision a
 // list or event gave the object while it is still current) or, without

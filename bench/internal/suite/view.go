@@ -14,8 +14,10 @@ import (
 
 // Lookup measures resolving one sandbox by claim id and by name in the
 // fleet view (inventory.View) and through the fleet (fleet.NodeFleet ByID /
-// ByRef answered from the published view: no node call) with 1k … 1M
-// entries: ns/op, B/op and allocs/op, which must not grow with the fleet.
+// ByRef answered from the published view: its nodes have no address here,
+// so no node call — with one, the fleet asks the node the view names, one
+// call, for its record) with 1k … 1M entries: ns/op, B/op and allocs/op,
+// which must not grow with the fleet.
 func Lookup(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	sizes := []int{1_000, 10_000, 100_000, 1_000_000}
@@ -33,7 +35,13 @@ func Lookup(ctx context.Context, cfg Config) error {
 		invs := synth.Split(20, n)
 		v := inventory.NewView(invs)
 		st := inventory.NewStatic()
-		st.Set(invs...)
+		unaddressed := make([]*inventory.NodeInventory, len(invs))
+		for i, inv := range invs {
+			c := *inv
+			c.Address = ""
+			unaddressed[i] = &c
+		}
+		st.Set(unaddressed...)
 		fleet := fleet.New(fleet.Config{View: st})
 		// A sandbox in the middle of the fleet.
 		mid := invs[len(invs)/2]
