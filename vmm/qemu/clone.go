@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
@@ -73,26 +75,27 @@ func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Hand
 	return h, nil
 }
 
+// identityBackoff spaces setIdentity's tries: 20, 50 ms apart.
+var identityBackoff = wait.Backoff{Duration: 50 * time.Millisecond, Steps: 20}
+
 // setIdentity hands the agent at addr its new token, authenticated with
 // old. A transport error is retried (the restored guest's network may not
-// carry the request yet); an answer other than 2xx is final.
+// carry the request yet; identityBackoff); an answer other than 2xx is
+// final.
 func (d *Driver) setIdentity(ctx context.Context, addr, old, token string) error {
 	c := &agentapi.Client{Addr: addr, Token: old, HTTP: d.httpc}
 	var last error
-	for attempt := 0; attempt < 20; attempt++ {
+	err := wait.ExponentialBackoffWithContext(ctx, identityBackoff, func(ctx context.Context) (bool, error) {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := c.SetIdentity(rctx, token)
-		cancel()
-		if err == nil {
-			return nil
+		defer cancel()
+		last = c.SetIdentity(rctx, token)
+		if agentapi.StatusOf(last) != 0 {
+			return false, fmt.Errorf("qemu: agent identity: %w", last)
 		}
-		if agentapi.StatusOf(err) != 0 {
-			return fmt.Errorf("qemu: agent identity: %w", err)
-		}
-		last = err
-		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
-			return err
-		}
+		return last == nil, nil
+	})
+	if errors.Is(err, wait.ErrWaitTimeout) {
+		return fmt.Errorf("qemu: agent identity: %w", last)
 	}
-	return fmt.Errorf("qemu: agent identity: %w", last)
+	return err
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Client speaks HTTP/1.1 JSON to a VMM's API socket.
@@ -86,24 +88,21 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 // Close drops idle connections.
 func (c *Client) Close() { c.http.CloseIdleConnections() }
 
+// pollBackoff is Poll's wait between tries: 2 ms doubling to 64 ms, then
+// 64 ms.
+var pollBackoff = wait.Backoff{Duration: 2 * time.Millisecond, Factor: 2, Steps: 5}
+
 // Poll calls f until it returns nil or ctx ends, backing off from 2 ms to
-// 50 ms between tries. It returns f's last error wrapped with ctx's.
+// 64 ms between tries (pollBackoff). It returns f's last error wrapped with
+// ctx's.
 func Poll(ctx context.Context, f func() error) error {
-	wait := 2 * time.Millisecond
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-t.C:
-		}
-		if wait < 50*time.Millisecond {
-			wait *= 2
-		}
+	var last error
+	err := pollBackoff.DelayFunc().Until(ctx, true, true, func(context.Context) (bool, error) {
+		last = f()
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (last: %v)", err, last)
 	}
+	return nil
 }

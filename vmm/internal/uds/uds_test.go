@@ -2,9 +2,11 @@ package uds
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -125,5 +127,40 @@ func TestRelay(t *testing.T) {
 	defer cancel()
 	if _, err := DialVsock(ctx, sock, 8); err == nil {
 		t.Fatal("wrong port got OK")
+	}
+}
+
+// Poll's waits between tries back off from 2 ms, doubling, to 64 ms and
+// stay there.
+func TestPoll_BacksOffFrom2msTo64ms(t *testing.T) {
+	next := pollBackoff.DelayFunc()
+	var got []time.Duration
+	for i := 0; i < 8; i++ {
+		got = append(got, next())
+	}
+	want := []time.Duration{2, 4, 8, 16, 32, 64, 64, 64}
+	for i := range want {
+		if got[i] != want[i]*time.Millisecond {
+			t.Fatalf("Poll's waits %v, want %v ms", got, want)
+		}
+	}
+}
+
+// Poll returns once f succeeds, and at ctx's end with f's last error.
+func TestPoll_RetriesUntilSuccessOrContextEnd(t *testing.T) {
+	n := 0
+	if err := Poll(context.Background(), func() error {
+		if n++; n < 4 {
+			return errors.New("not yet")
+		}
+		return nil
+	}); err != nil || n != 4 {
+		t.Fatalf("Poll = %v after %d calls, want nil after 4", err, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := Poll(ctx, func() error { return errors.New("still down") })
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "still down") {
+		t.Fatalf("Poll at its deadline = %v", err)
 	}
 }
