@@ -126,26 +126,15 @@ func (p *statusProbe) Write(b []byte) (int, error) {
 }
 
 // fail writes err (about what) as an e2b error answer, with the status
-// errStatus maps it to.
+// fleet.HTTPStatus maps it to, as on the Kubernetes surface: a node's
+// quota refusal (fork depth or tree size, non-pool VMs, snapshot bytes)
+// is a 429, a limit the caller reached; no warm microVM is a 503.
 func fail(w http.ResponseWriter, err error, what string) {
-	if status := errStatus(err); status == http.StatusNotFound {
+	if status := fleet.HTTPStatus(err); status == http.StatusNotFound {
 		writeError(w, status, "%s not found", what)
 	} else {
 		writeError(w, status, "%s: %v", what, err)
 	}
-}
-
-// errStatus is fleet.HTTPStatus, except for a node's quota refusal: a 429
-// that is not "no warm microVM" (fleet.ErrNoWarmCapacity, a 503) — fork
-// depth or tree size, non-pool VMs, snapshot bytes — stays a 429, as e2b
-// answers a limit the caller reached; retrying does not help until the
-// caller frees something.
-func errStatus(err error) int {
-	var noCap *fleet.ErrNoWarmCapacity
-	if !errors.As(err, &noCap) && nodeapi.StatusOf(err) == http.StatusTooManyRequests {
-		return http.StatusTooManyRequests
-	}
-	return fleet.HTTPStatus(err)
 }
 
 // decodeBody decodes an optional JSON body; empty is fine.

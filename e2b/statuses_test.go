@@ -14,6 +14,9 @@ import (
 	"github.com/hearthvm/hearth/pool"
 )
 
+// TestErrStatus_QuotaRefusalsAre429: e2b maps errors as the Kubernetes
+// surface does (fleet.HTTPStatus): a node's quota refusal is a 429, no
+// warm microVM a 503.
 func TestErrStatus_QuotaRefusalsAre429(t *testing.T) {
 	quota := &nodeapi.HTTPError{Status: http.StatusTooManyRequests, Message: "forking 2 would make 9 children in this sandbox tree; this node's limit is 8 (--max-fork-children)"}
 	for _, tc := range []struct {
@@ -27,7 +30,7 @@ func TestErrStatus_QuotaRefusalsAre429(t *testing.T) {
 		{&nodeapi.HTTPError{Status: http.StatusConflict}, 409},
 		{fleet.ErrNotFound, 404},
 	} {
-		require.Equal(t, tc.want, errStatus(tc.err), "%v", tc.err)
+		require.Equal(t, tc.want, fleet.HTTPStatus(tc.err), "%v", tc.err)
 	}
 }
 

@@ -18,7 +18,9 @@ import (
 // both API surfaces answer with:
 //
 //	nil                                   200
-//	no warm capacity, node 429 or 503      503 (retryable)
+//	no warm capacity, node 503            503 (retryable)
+//	node 429: a quota (fork depth or       429 (not retryable until the
+//	  tree, non-pool VMs, snapshot bytes)    caller frees something)
 //	ErrNotFound, node 404                  404
 //	node 409                               409
 //	bad key or lease, node 400/413/422     400
@@ -42,7 +44,11 @@ func HTTPStatus(err error) int {
 	}
 	switch s := nodeapi.StatusOf(err); s {
 	case 0:
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	case http.StatusTooManyRequests:
+		// A node's "no warm microVM" 429 never gets here: routing turns it
+		// into ErrNoWarmCapacity. What does is a quota the caller reached.
+		return http.StatusTooManyRequests
+	case http.StatusServiceUnavailable:
 		return http.StatusServiceUnavailable
 	case http.StatusNotFound, http.StatusConflict:
 		return s

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -294,7 +295,8 @@ func TestHTTPStatus(t *testing.T) {
 	}{
 		{nil, 200},
 		{&fleet.ErrNoWarmCapacity{Key: key}, 503},
-		{&nodeapi.HTTPError{Status: 429}, 503},
+		{&nodeapi.HTTPError{Status: 429}, 429},
+		{fmt.Errorf("fork: %w", &nodeapi.HTTPError{Status: 429}), 429},
 		{&nodeapi.HTTPError{Status: 503}, 503},
 		{fleet.ErrNotFound, 404},
 		{&nodeapi.HTTPError{Status: 404}, 404},

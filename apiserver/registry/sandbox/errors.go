@@ -15,9 +15,11 @@ var sandboxesResource = schema.GroupResource{Group: sandboxv1beta1.GroupVersion.
 
 // fleetError maps a fleet or node error about sandbox name to an API
 // status, with the status fleet.HTTPStatus gives it (the e2b surface uses
-// the same mapping): 404 NotFound, 409 Conflict, 400 BadRequest, 503
-// ServiceUnavailable (retryable: no warm capacity, a node's 429 or 503),
-// 504 Timeout, anything else 500 with the node's message.
+// the same mapping): 404 NotFound, 409 Conflict, 400 BadRequest, 429
+// TooManyRequests (a node's quota: fork limits, non-pool VMs, snapshot
+// bytes; no Retry-After, as retrying does not help until something is
+// freed), 503 ServiceUnavailable (retryable: no warm capacity, a node's
+// 503), 504 Timeout, anything else 500 with the node's message.
 func fleetError(err error, name, action string) error {
 	if err == nil {
 		return nil
@@ -32,6 +34,8 @@ func fleetError(err error, name, action string) error {
 		return apierrors.NewConflict(sandboxesResource, name, fmt.Errorf("%s: %w", action, err))
 	case http.StatusBadRequest:
 		return apierrors.NewBadRequest(fmt.Sprintf("%s sandbox %s: %v", action, name, err))
+	case http.StatusTooManyRequests:
+		return apierrors.NewTooManyRequests(fmt.Sprintf("%s sandbox %s: %v", action, name, err), 0)
 	case http.StatusServiceUnavailable:
 		return apierrors.NewServiceUnavailable(err.Error())
 	case http.StatusGatewayTimeout:

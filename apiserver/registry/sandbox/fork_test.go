@@ -32,3 +32,30 @@ func TestFork_CountsPastTheNodesBoundAre400BeforeAnyLookup(t *testing.T) {
 		}
 	}
 }
+
+// quotaFleet holds one sandbox whose node refuses every fork with its
+// quota's 429.
+type quotaFleet struct{ Fleet }
+
+func (quotaFleet) ByRef(_ context.Context, ref string) (nodeapi.Sandbox, error) {
+	return nodeapi.Sandbox{ID: "sb_1", Node: "n1", ClaimRef: ref}, nil
+}
+
+func (quotaFleet) Fork(context.Context, nodeapi.Sandbox, int, int64) ([]nodeapi.Sandbox, error) {
+	return nil, &nodeapi.HTTPError{Status: 429, Message: "forking 2 would make 9 children in this sandbox tree; this node's limit is 8 (--max-fork-children)"}
+}
+
+// TestFork_PastTheTreesLimitIs429: a fork the node's fork limits refuse is
+// 429 TooManyRequests with the node's words, as on the e2b API — not a 503
+// ("no capacity, retry"): retrying does not help until something is freed.
+func TestFork_PastTheTreesLimitIs429(t *testing.T) {
+	s := &sandboxStorage{fleet: quotaFleet{}, view: &inventory.Static{}, now: time.Now}
+	ctx := genericapirequest.WithNamespace(context.Background(), "ns")
+	_, err := s.verbs()["fork"].Create(ctx, "web", &sandbox.SandboxForkOptions{Count: 2}, nil, &metav1.CreateOptions{})
+	if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "--max-fork-children") {
+		t.Fatalf("fork past the tree's limit = %v; want 429 TooManyRequests naming the limit", err)
+	}
+	if _, ok := apierrors.SuggestsClientDelay(err); ok {
+		t.Fatal("a quota's 429 suggests a retry")
+	}
+}

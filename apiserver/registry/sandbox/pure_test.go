@@ -82,7 +82,7 @@ func TestFleetError(t *testing.T) {
 		{&nodeapi.HTTPError{Status: 404, Message: "no such sandbox"}, 404},
 		{&nodeapi.HTTPError{Status: 409, Message: "paused"}, 409},
 		{&nodeapi.HTTPError{Status: 400, Message: "bad"}, 400},
-		{&nodeapi.HTTPError{Status: 429, Message: "no warm"}, 503},
+		{&nodeapi.HTTPError{Status: 429, Message: "this node's limit is 8 (--max-fork-children)"}, 429}, // a quota: "no warm" arrives as ErrNoWarmCapacity
 		{&nodeapi.HTTPError{Status: 500, Message: "boom"}, 500},
 		{&fleet.ErrNoWarmCapacity{Key: pool.Key{Template: "t"}}, 503},
 		{errors.New("dial tcp: refused"), 500},
