@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 const cgroupRoot = "/sys/fs/cgroup"
@@ -274,21 +277,18 @@ func (c vmCgroup) cpuSeconds() float64 {
 	return float64(n) / 1e9
 }
 
-// poll calls cond until it holds or timeout passes, backing off from 1ms
-// to 20ms between calls.
+// pollBackoff is poll's wait between calls: 1 ms doubling to 32 ms, then
+// 32 ms.
+var pollBackoff = wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 5}
+
+// poll calls cond until it holds or timeout passes, backing off between
+// calls (pollBackoff); cond gets one last call once timeout has passed.
 func poll(timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	delay := time.Millisecond
-	for {
-		if cond() {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.New("sim: timed out")
-		}
-		time.Sleep(delay)
-		if delay < 20*time.Millisecond {
-			delay *= 2
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := pollBackoff.DelayFunc().Until(ctx, true, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil && !cond() {
+		return errors.New("sim: timed out")
 	}
+	return nil
 }
