@@ -221,12 +221,7 @@ func (d *Base) start(ctx context.Context, p Paths) (*uds.Process, *uds.Client, e
 		return nil, nil, err
 	}
 	c := uds.NewClient(p.API)
-	err = uds.Poll(ctx, func() error {
-		if proc.Exited() {
-			return vmm.ErrVMMExited
-		}
-		return d.b.Ping(ctx, c)
-	})
+	err = uds.PollAlive(ctx, proc.Done(), func(ctx context.Context) error { return d.b.Ping(ctx, c) })
 	if err != nil {
 		_ = uds.Kill(context.Background(), proc, 0, "")
 		return nil, nil, ExitErr(p, fmt.Errorf("%s api: %w", d.c.Name, err))

@@ -2,8 +2,6 @@ package uds
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -21,33 +19,16 @@ func agentAt(addr, token string) *agentapi.Client {
 
 // WaitAgent polls the agent's health (agentapi.HealthPath) at addr until
 // it answers 2xx or ctx ends; each probe gets 2 s. exited, when non-nil,
-// ends the wait as soon as it closes (the VMM died): the error says so.
+// ends the wait as soon as it closes (the VMM died): the error then wraps
+// vmm.ErrVMMExited (PollAlive).
 func WaitAgent(ctx context.Context, addr string, exited <-chan struct{}) error {
 	c := agentAt(addr, "")
-	if exited != nil {
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		go func() {
-			select {
-			case <-exited:
-				cancel(errVMMExited)
-			case <-ctx.Done():
-			}
-		}()
-	}
-	err := Poll(ctx, func() error {
+	return PollAlive(ctx, exited, func(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		return c.Health(rctx)
 	})
-	if err != nil && errors.Is(context.Cause(ctx), errVMMExited) {
-		return fmt.Errorf("%w before the agent answered: %v", errVMMExited, err)
-	}
-	return err
 }
-
-var errVMMExited = errors.New("vmm exited")
 
 // Rekey asks the agent at addr (currently accepting oldToken) to accept
 // newToken from now on (agentapi.Client.SetIdentity). It reports false (and

@@ -3,6 +3,7 @@ package uds
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/agentapi"
+	"github.com/hearthvm/hearth/vmm"
 )
 
 // seen is what an agent stub received.
@@ -135,7 +137,7 @@ func TestWaitAgent_VMMExitEndsTheWaitAtOnce(t *testing.T) {
 	time.AfterFunc(50*time.Millisecond, func() { close(exited) })
 	start := time.Now()
 	err := WaitAgent(ctx, addr, exited)
-	if err == nil || !strings.Contains(err.Error(), "vmm exited") {
+	if err == nil || !errors.Is(err, vmm.ErrVMMExited) {
 		t.Fatalf("WaitAgent after the VMM exited = %v", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {

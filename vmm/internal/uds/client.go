@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/hearthvm/hearth/vmm"
 )
 
 // Client speaks HTTP/1.1 JSON to a VMM's API socket.
@@ -105,4 +108,28 @@ func Poll(ctx context.Context, f func() error) error {
 		return fmt.Errorf("%w (last: %v)", err, last)
 	}
 	return nil
+}
+
+// PollAlive is Poll for a process that may die: it also ends as soon as
+// exited closes (a nil exited never does), with an error wrapping
+// vmm.ErrVMMExited and f's last error. f gets a context that ends then
+// too.
+func PollAlive(ctx context.Context, exited <-chan struct{}, f func(context.Context) error) error {
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if exited != nil {
+		go func() {
+			select {
+			case <-exited:
+				cancel(vmm.ErrVMMExited)
+			case <-pctx.Done():
+			}
+		}()
+	}
+	var last error
+	err := Poll(pctx, func() error { last = f(pctx); return last })
+	if err != nil && errors.Is(context.Cause(pctx), vmm.ErrVMMExited) {
+		return fmt.Errorf("%w (last: %v)", vmm.ErrVMMExited, last)
+	}
+	return err
 }
