@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -308,17 +307,10 @@ func (d *Driver) waitReady(ctx context.Context, dir, addr string, exited <-chan 
 	}
 }
 
+// healthy reports whether the agent at addr answers its health probe
+// (agentapi.Client.Health: 2xx).
 func (d *Driver) healthy(ctx context.Context, addr string) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/health", nil)
-	if err != nil {
-		return false
-	}
-	resp, err := d.hc.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK
+	return (&agentapi.Client{Addr: addr, HTTP: d.hc}).Health(ctx) == nil
 }
 
 func logTail(dir string) string {
