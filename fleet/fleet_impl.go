@@ -441,8 +441,8 @@ func (f *NodeFleet) SetLabels(ctx context.Context, s nodeapi.Sandbox, req nodeap
 // is the truth — spec, managed fields, metadata, version —, so a read on
 // any replica, or after a restart, returns what the create stored. Only
 // when the named node does not answer is the view's entry returned (what
-// the stream or a publish last said of it: no spec, managed fields, net,
-// size or version).
+// the stream or a publish last said of it: no spec, managed fields or
+// version).
 func (f *NodeFleet) lookup(ctx context.Context, key string, byRef bool) (nodeapi.Sandbox, error) {
 	if key == "" {
 		return nodeapi.Sandbox{}, ErrNotFound
@@ -624,11 +624,11 @@ var ErrIncomplete = errors.New("some nodes did not answer")
 // indexed claims the view does not list yet, each verified live (one a
 // node no longer holds is dropped from the index; one whose node does not
 // answer is listed as indexed). Each record carries what the view's entry
-// does — labels, annotations, e2b visibility and the claim's metadata, on
-// every replica and after any restart (the nodes' streams carry them) —;
-// what the view does not carry (net, size) is filled from the index, as
-// is the metadata of an entry the view read from a published object. No
-// record carries its token.
+// does — pool key, labels, annotations, e2b visibility and the claim's
+// metadata, on every replica and after any restart (the nodes' streams
+// carry them) —; the metadata of an entry the view read from a published
+// object (and net and size, pruned by an older NodeInventory schema) is
+// filled from the index. No record carries its token.
 func (f *NodeFleet) List(ctx context.Context) ([]nodeapi.Sandbox, error) {
 	items := f.items()
 	out := make([]nodeapi.Sandbox, 0, len(items))
@@ -636,7 +636,9 @@ func (f *NodeFleet) List(ctx context.Context) ([]nodeapi.Sandbox, error) {
 	for _, it := range items {
 		s := it.Sandbox()
 		if rec, ok := f.index.get(s.ID, false); ok {
-			s.Net, s.Size = rec.Net, rec.Size
+			if s.Net == "" && s.Size == "" {
+				s.Net, s.Size = rec.Net, rec.Size
+			}
 			if s.Metadata == nil {
 				s.Metadata = rec.Metadata
 			}

@@ -64,8 +64,8 @@ func TestFleet_AnotherReplicaAndARestartedNodeKeepWhatCreateStored(t *testing.T)
 			t.Fatal(err)
 		}
 		i := slices.IndexFunc(list, func(s nodeapi.Sandbox) bool { return s.ID == created.ID })
-		if i < 0 || !maps.Equal(list[i].Metadata, md) || !maps.Equal(list[i].Labels, obj.Labels) {
-			t.Errorf("%s: List = %+v; want %s with metadata %v and labels %v", when, list, created.ID, md, obj.Labels)
+		if i < 0 || !maps.Equal(list[i].Metadata, md) || !maps.Equal(list[i].Labels, obj.Labels) || list[i].Net != key.Net || list[i].Size != key.Size {
+			t.Errorf("%s: List = %+v; want %s with metadata %v, labels %v, net %s and size %s", when, list, created.ID, md, obj.Labels, key.Net, key.Size)
 		}
 	}
 	check("another replica")

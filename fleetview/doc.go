@@ -8,8 +8,9 @@
 // and the sandboxes storage its list/watch source and revisions — one
 // store, read as of its last applied change, never a rebuilt copy.
 //
-// An entry is what the node's stream carries: labels, annotations, e2b
-// visibility and the claim's metadata (inventory.Entry), so every
+// An entry is what the node's stream carries: pool key, labels,
+// annotations, e2b visibility and the claim's metadata (inventory.Entry),
+// so every
 // replica's list filters — label selectors, e2b's metadata filter — work
 // after any restart. It says which node holds the sandbox; the spec and
 // managed fields stay in that node's record (a Get asks the node: package

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/sandbox"
 )
 
@@ -35,7 +36,7 @@ type rec struct {
 	deadline, claimedAt uint32
 	pos                 uint32 // index in node.recs
 	port                uint16
-	tmpl                uint16 // index into Store.templates
+	pk                  uint16 // index into Store.keys: the pool key
 	split               uint16 // len(name) (a name is at most 63+1+253 bytes)
 	// flags holds the flag bits (flag*) below msShift and the claim
 	// time's millisecond (0–999) from msShift up.
@@ -128,7 +129,7 @@ func (s *Store) newRec(n *nodeState, e *inventory.Entry) *rec {
 		name = name[:1<<16-1]
 	}
 	r := &rec{key: name + e.ID, split: uint16(len(name)), deadline: secsOf(e.Deadline), claimedAt: secsOf(e.ClaimedAt),
-		node: n, tmpl: s.template(e.Template), flags: msOf(e.ClaimedAt) << msShift}
+		node: n, pk: s.poolKey(pool.Key{Template: e.Template, Net: e.Net, Size: e.Size}), flags: msOf(e.ClaimedAt) << msShift}
 	if e.Phase == sandbox.PhasePaused {
 		r.flags |= flagPaused
 	}
@@ -159,12 +160,11 @@ func (r *rec) metadataOf() map[string]string {
 	return r.meta.metadata
 }
 
-// holds reports whether r's content is e's. A claim time in whole
-// seconds (a published NodeInventory's: metav1.Time's JSON has no
-// fraction) holds r's with milliseconds in that second, and an entry
-// without metadata (a published one: the metadata is on the stream only)
-// holds r's, so a node's stream falling back to its published object
-// changes none of its entries.
+// holds reports whether r's content is e's (e with withFixed applied). A
+// claim time in whole seconds (a published NodeInventory's: metav1.Time's
+// JSON has no fraction) holds r's with milliseconds in that second, so a
+// node's stream falling back to its published object changes none of its
+// entries.
 func (s *Store) holds(r *rec, e *inventory.Entry) bool {
 	paused := e.Phase == sandbox.PhasePaused
 	var labels, annotations map[string]string
@@ -175,24 +175,45 @@ func (s *Store) holds(r *rec, e *inventory.Entry) bool {
 		r.deadline == secsOf(e.Deadline) && r.claimedAt == secsOf(e.ClaimedAt) &&
 		(r.claimedMs() == msOf(e.ClaimedAt) || msOf(e.ClaimedAt) == 0) &&
 		(r.flags&flagPaused != 0) == paused && (r.flags&flagRef != 0) == (e.ClaimRef != "") && (r.flags&flagE2B != 0) == e.E2B &&
-		s.templates[r.tmpl] == e.Template && maps.Equal(labels, e.Labels) && maps.Equal(annotations, e.Annotations) &&
-		(len(e.Metadata) == 0 || maps.Equal(r.metadataOf(), e.Metadata))
+		s.keys[r.pk] == pool.Key{Template: e.Template, Net: e.Net, Size: e.Size} &&
+		maps.Equal(labels, e.Labels) && maps.Equal(annotations, e.Annotations) && maps.Equal(r.metadataOf(), e.Metadata)
 }
 
-// template interns a template; call with s.mu held. Past 65,535
-// distinct templates, the last slot is reused for the rest (their entries
-// then render that template: a fleet has a handful).
-func (s *Store) template(t string) uint16 {
-	if i, ok := s.tmplIdx[t]; ok {
+// withFixed returns e with what is fixed at claim and e does not say — the
+// metadata (a published entry carries none), the pool key's net and size
+// (a NodeInventory of an older schema prunes them) — taken from r, the
+// store's entry of the same claim; e itself is never written (a published
+// object's entries are shared).
+func (s *Store) withFixed(r *rec, e *inventory.Entry) *inventory.Entry {
+	md := len(e.Metadata) == 0 && len(r.metadataOf()) > 0
+	key := e.Net == "" && e.Size == "" && s.keys[r.pk].Template == e.Template
+	if !md && !key {
+		return e
+	}
+	c := *e
+	if md {
+		c.Metadata = r.metadataOf()
+	}
+	if key {
+		c.Net, c.Size = s.keys[r.pk].Net, s.keys[r.pk].Size
+	}
+	return &c
+}
+
+// poolKey interns a pool key; call with s.mu held. Past 65,535 distinct
+// keys, the last slot is reused for the rest (their entries then render
+// that key: a fleet has a handful).
+func (s *Store) poolKey(k pool.Key) uint16 {
+	if i, ok := s.keyIdx[k]; ok {
 		return i
 	}
-	if len(s.templates) == 1<<16-1 {
-		s.templates[len(s.templates)-1] = t
-		return uint16(len(s.templates) - 1)
+	if len(s.keys) == 1<<16-1 {
+		s.keys[len(s.keys)-1] = k
+		return uint16(len(s.keys) - 1)
 	}
-	i := uint16(len(s.templates))
-	s.templates = append(s.templates, t)
-	s.tmplIdx[t] = i
+	i := uint16(len(s.keys))
+	s.keys = append(s.keys, k)
+	s.keyIdx[k] = i
 	return i
 }
 
@@ -208,7 +229,8 @@ func (s *Store) entry(r *rec) *inventory.Entry {
 
 // entryInto renders r with its times stored in dl and ca; call with s.mu held.
 func (s *Store) entryInto(r *rec, dl, ca *metav1.Time) inventory.Entry {
-	e := inventory.Entry{Name: r.name(), ID: r.id(), Phase: sandbox.PhaseRunning, Template: s.templates[r.tmpl], AgentAddr: r.agentAddr()}
+	k := s.keys[r.pk]
+	e := inventory.Entry{Name: r.name(), ID: r.id(), Phase: sandbox.PhaseRunning, Template: k.Template, Net: k.Net, Size: k.Size, AgentAddr: r.agentAddr()}
 	if r.meta != nil {
 		e.Labels, e.Annotations, e.Metadata = r.meta.labels, r.meta.annotations, r.meta.metadata
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
+	"github.com/hearthvm/hearth/pool"
 )
 
 // Store is the live fleet view: every node's entries and pools, indexed
@@ -36,8 +37,8 @@ type Store struct {
 	names recIndex // every entry by name (index.go)
 	ids   recIndex // every entry by claim id
 
-	templates []string // interned templates (rec.tmpl)
-	tmplIdx   map[string]uint16
+	keys   []pool.Key // interned pool keys (rec.pk)
+	keyIdx map[pool.Key]uint16
 
 	seq     uint64        // changes applied; the revision is encode(seq)
 	base    uint64        // seq at creation: no revision below it is ours
@@ -110,7 +111,7 @@ func NewStore(history int) *Store {
 		nodes:   map[string]*nodeState{},
 		names:   newRecIndex(false),
 		ids:     newRecIndex(true),
-		tmplIdx: map[string]uint16{},
+		keyIdx:  map[pool.Key]uint16{},
 		tag:     rand.Uint64N(1 << revTagBits),
 		// The sequence starts at the clock so that a restarted process
 		// hands out revisions above its predecessor's.
@@ -161,19 +162,16 @@ func (s *Store) node(name string) *nodeState {
 	return n
 }
 
-// put adds or replaces the entry of e.ID on n; call with s.mu held. The
-// claim's metadata is fixed at claim and only the stream carries it: an
-// entry without any (a published one) keeps what the store holds for its
-// claim id.
+// put adds or replaces the entry of e.ID on n; call with s.mu held. What
+// is fixed at claim and e does not say (the metadata, which only the
+// stream carries) is kept from the store's entry of the claim (withFixed).
 func (s *Store) put(n *nodeState, e *inventory.Entry) {
 	old := s.names.find(e.Name, n, e.ID)
-	if old != nil && s.holds(old, e) {
-		return
-	}
-	if old != nil && len(e.Metadata) == 0 && len(old.metadataOf()) > 0 {
-		c := *e // e may be a published object's, which is shared
-		c.Metadata = old.metadataOf()
-		e = &c
+	if old != nil {
+		e = s.withFixed(old, e)
+		if s.holds(old, e) {
+			return
+		}
 	}
 	r := s.newRec(n, e)
 	if old == nil {

@@ -17,7 +17,7 @@ import (
 var t0 = time.Unix(1_700_000_000, 0)
 
 func sb(id, ref string) nodeapi.Sandbox {
-	return nodeapi.Sandbox{ID: id, ClaimRef: ref, Template: "img", AgentAddr: "10.0.0.1:49983",
+	return nodeapi.Sandbox{ID: id, ClaimRef: ref, Template: "img", Net: "none", Size: "small", AgentAddr: "10.0.0.1:49983",
 		Deadline: t0.Add(time.Hour), ClaimedAt: t0}
 }
 
@@ -520,13 +520,18 @@ func TestMetadata_FromTheStreamKeptAcrossAPublishedFallback(t *testing.T) {
 	}
 	check("streamed", map[string]string{"sb_1": "x", "sb_2": "y"})
 
-	// What the node publishes: no metadata (node.Inventory leaves it out).
+	// What the node publishes: no metadata (node.Inventory leaves it out);
+	// an older NodeInventory schema prunes net and size too.
 	pub := published("n1", "a:1", sb("sb_1", "ns/1"), sb("sb_2", "ns/2"), sb("sb_3", "ns/3"))
+	pub.Entries[1].Net, pub.Entries[1].Size = "", ""
 	rv := s.Rev()
 	s.StreamDown("n1", t0.Add(time.Second))
 	s.SetPublished(pub, t0.Add(2*time.Second))
 	eq(t, changes(t, s, rv), []string{"ADDED ns/3@n1"})
 	check("after the fallback", map[string]string{"sb_1": "x", "sb_2": "y", "sb_3": ""})
+	if it, _ := s.CurrentByID("sb_2"); it.Entry.Net != "none" || it.Entry.Size != "small" || it.Sandbox().Size != "small" {
+		t.Errorf("sb_2's pool key after a fallback that pruned it: %+v", it.Entry)
+	}
 	for _, e := range pub.Entries {
 		if e.Metadata != nil {
 			t.Fatalf("the published object was written to: %+v", e)

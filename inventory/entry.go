@@ -34,10 +34,10 @@ func PhaseOf(s *nodeapi.Sandbox) string {
 // milliseconds (what a change stream carries; a published NodeInventory's
 // metav1.Time carries whole seconds, and Hash counts whole seconds, so
 // both forms hash alike). The metadata is kept (the change stream's
-// form); a node leaves it out of what it publishes (Entry.Metadata), and
-// Hash does not count it.
+// form); a node leaves it out of what it publishes (Entry.Metadata). Hash
+// counts neither it nor net and size (all fixed at claim).
 func EntryOf(s *nodeapi.Sandbox) Entry {
-	e := Entry{Name: NameOf(s), ID: s.ID, Phase: PhaseOf(s), Template: s.Template, ClaimRef: s.ClaimRef, AgentAddr: s.AgentAddr,
+	e := Entry{Name: NameOf(s), ID: s.ID, Phase: PhaseOf(s), Template: s.Template, Net: s.Net, Size: s.Size, ClaimRef: s.ClaimRef, AgentAddr: s.AgentAddr,
 		Labels: s.Labels, Annotations: s.Annotations, E2B: s.E2B, Metadata: s.Metadata}
 	if !s.Deadline.IsZero() {
 		t := metav1.NewTime(s.Deadline.UTC().Truncate(time.Second))
@@ -51,12 +51,12 @@ func EntryOf(s *nodeapi.Sandbox) Entry {
 }
 
 // Sandbox is the record an item stands for, located on its node. What an
-// entry does not carry (net, size, token, spec, managed fields, version,
-// the lifecycle but its e2b visibility; metadata when the entry was read
-// from a published object) is empty: the holding node's record has it.
+// entry does not carry (token, spec, managed fields, version, the
+// lifecycle but its e2b visibility; metadata when the entry was read from
+// a published object) is empty: the holding node's record has it.
 func (it Item) Sandbox() nodeapi.Sandbox {
 	e := it.Entry
-	s := nodeapi.Sandbox{ID: e.ID, Node: it.Node.Name, NodeAddr: it.Node.Address, Template: e.Template,
+	s := nodeapi.Sandbox{ID: e.ID, Node: it.Node.Name, NodeAddr: it.Node.Address, Template: e.Template, Net: e.Net, Size: e.Size,
 		ClaimRef: e.ClaimRef, AgentAddr: e.AgentAddr, Paused: e.Phase == sandbox.PhasePaused,
 		Metadata: e.Metadata, Object: nodeapi.Object{Labels: e.Labels, Annotations: e.Annotations}, Lifecycle: nodeapi.Lifecycle{E2B: e.E2B}}
 	if e.Deadline != nil {

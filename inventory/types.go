@@ -73,6 +73,11 @@ type Entry struct {
 	Phase string `json:"phase"`
 	// Template is the pool template (image reference) the sandbox came from.
 	Template string `json:"template,omitempty"`
+	// Net and Size are the rest of its pool key (the claim's, fixed at
+	// claim), so that every replica reports them (e2b's cpuCount and
+	// memoryMB derive from the size).
+	Net  string `json:"net,omitempty"`
+	Size string `json:"size,omitempty"`
 	// ClaimRef is "<namespace>/<name>" of the claim, if any.
 	ClaimRef string `json:"claimRef,omitempty"`
 	// AgentAddr is the sandbox agent's host:port.

@@ -413,9 +413,10 @@ func (v *View) ByID(id string) (Item, bool) {
 }
 
 // Hash is the content hash of an entry published by node: FNV-64a over the
-// node name and every entry field but Metadata (fixed at claim, and not
-// published), separated so that field boundaries count. It is the entry's
-// resourceVersion: equal content, equal hash.
+// node name and every entry field but Net, Size and Metadata (fixed at
+// claim; the metadata is not published), separated so that field
+// boundaries count. It is the entry's resourceVersion: equal content,
+// equal hash.
 func Hash(node string, e *Entry) uint64 {
 	h := uint64(fnvOffset)
 	h = fnvString(h, node)
