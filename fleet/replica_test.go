@@ -41,6 +41,15 @@ func TestFleet_AnotherReplicaAndARestartedNodeKeepWhatCreateStored(t *testing.T)
 		live := f.StartLive(t) // another replica
 		fl := fleet.New(fleet.Config{View: live, Secret: fleettest.Secret})
 		fleettest.Eventually(t, 5*time.Second, func() bool { _, ok := live.CurrentByID(created.ID); return ok }, "%s: the claim never reached the view", when)
+		// List first: a lookup indexes the node's record on this replica.
+		list, err := fl.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(list, func(s nodeapi.Sandbox) bool { return s.ID == created.ID })
+		if i < 0 || !maps.Equal(list[i].Metadata, md) || !maps.Equal(list[i].Labels, obj.Labels) || list[i].Net != key.Net || list[i].Size != key.Size {
+			t.Errorf("%s: List = %+v; want %s with metadata %v, labels %v, net %s and size %s", when, list, created.ID, md, obj.Labels, key.Net, key.Size)
+		}
 		for _, l := range []struct {
 			op  string
 			get func() (nodeapi.Sandbox, error)
@@ -58,14 +67,6 @@ func TestFleet_AnotherReplicaAndARestartedNodeKeepWhatCreateStored(t *testing.T)
 				!maps.Equal(got.Metadata, md) {
 				t.Errorf("%s: %s = %+v\nwant what the create stored: %+v, metadata %v", when, l.op, got, obj, md)
 			}
-		}
-		list, err := fl.List(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		i := slices.IndexFunc(list, func(s nodeapi.Sandbox) bool { return s.ID == created.ID })
-		if i < 0 || !maps.Equal(list[i].Metadata, md) || !maps.Equal(list[i].Labels, obj.Labels) || list[i].Net != key.Net || list[i].Size != key.Size {
-			t.Errorf("%s: List = %+v; want %s with metadata %v, labels %v, net %s and size %s", when, list, created.ID, md, obj.Labels, key.Net, key.Size)
 		}
 	}
 	check("another replica")
