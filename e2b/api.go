@@ -52,6 +52,9 @@ type Fleet interface {
 	ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error)
 	// SetLabels replaces s's recorded labels and annotations.
 	SetLabels(ctx context.Context, s nodeapi.Sandbox, req nodeapi.LabelsRequest) (nodeapi.Sandbox, error)
+	// LeaseBounds are the nodes' lease bounds, the strictest of them (0:
+	// none reported).
+	LeaseBounds(ctx context.Context) (defaultSeconds, maxSeconds int64, err error)
 }
 
 var _ Fleet = (*fleet.NodeFleet)(nil)
@@ -482,23 +485,80 @@ func lifecycleOf(req createRequest) (nodeapi.Lifecycle, error) {
 	return l, nil
 }
 
+// e2b's own lease bounds, when neither Config nor any node gives one: a
+// create's default timeout and the largest (24 hours).
+const (
+	e2bDefaultTimeoutSeconds = 300
+	e2bMaxTimeoutSeconds     = 24 * 60 * 60
+)
+
+// leaseBoundsTTL is how long the nodes' lease bounds are kept before they
+// are asked again.
+const leaseBoundsTTL = time.Minute
+
+// leaseBounds are the default and the largest timeout a create, fork,
+// connect or setTimeout may ask: Config's where set, else the nodes'
+// (Fleet.LeaseBounds, the strictest node's, asked at most once per
+// leaseBoundsTTL), else e2b's; the default never exceeds the largest.
+func (g *gateway) leaseBounds(ctx context.Context) (def, max int64) {
+	def, max = g.cfg.DefaultTimeoutSeconds, g.cfg.MaxTimeoutSeconds
+	if def <= 0 || max <= 0 {
+		nd, nm := g.nodeLeaseBounds(ctx)
+		if def <= 0 {
+			def = nd
+		}
+		if max <= 0 {
+			max = nm
+		}
+	}
+	if max <= 0 {
+		max = e2bMaxTimeoutSeconds
+	}
+	if def <= 0 {
+		def = e2bDefaultTimeoutSeconds
+	}
+	return min(def, max), max
+}
+
+// nodeLeaseBounds is Fleet.LeaseBounds, kept for leaseBoundsTTL.
+func (g *gateway) nodeLeaseBounds(ctx context.Context) (def, max int64) {
+	g.leaseMu.Lock()
+	fresh := !g.leaseAt.IsZero() && time.Since(g.leaseAt) < leaseBoundsTTL
+	def, max = g.leaseDef, g.leaseMax
+	g.leaseMu.Unlock()
+	if fresh {
+		return def, max
+	}
+	def, max, _ = g.fleet.LeaseBounds(ctx)
+	g.leaseMu.Lock()
+	g.leaseDef, g.leaseMax, g.leaseAt = def, max, time.Now()
+	g.leaseMu.Unlock()
+	return def, max
+}
+
 // leaseSeconds is the lease a create or fork asks for: timeout when it is
-// positive, else the default; ok is false for a negative timeout.
-func (g *gateway) leaseSeconds(timeout *int64) (ttl int64, ok bool) {
+// positive, else the default (leaseBounds); ok is false for a negative
+// timeout.
+func (g *gateway) leaseSeconds(ctx context.Context, timeout *int64) (ttl int64, ok bool) {
 	if timeout == nil || *timeout == 0 {
-		return g.cfg.DefaultTimeoutSeconds, true
+		def, _ := g.leaseBounds(ctx)
+		return def, true
 	}
 	return *timeout, *timeout > 0
 }
 
-// tooLong answers 400 when an asked timeout exceeds MaxTimeoutSeconds
-// (like e2b, rather than clamping silently) and reports whether it did.
-func (g *gateway) tooLong(w http.ResponseWriter, timeout *int64) bool {
-	if timeout == nil || *timeout <= g.cfg.MaxTimeoutSeconds {
+// tooLong answers 400 when an asked timeout exceeds the largest
+// (leaseBounds; like e2b, rather than the node clamping it silently) and
+// reports whether it did.
+func (g *gateway) tooLong(w http.ResponseWriter, r *http.Request, timeout *int64) bool {
+	if timeout == nil {
 		return false
 	}
-	writeError(w, http.StatusBadRequest, "timeout cannot be greater than %d seconds, got %d", g.cfg.MaxTimeoutSeconds, *timeout)
-	return true
+	if _, max := g.leaseBounds(r.Context()); *timeout > max {
+		writeError(w, http.StatusBadRequest, "timeout cannot be greater than %d seconds (the nodes' longest lease), got %d", max, *timeout)
+		return true
+	}
+	return false
 }
 
 // Limits on what a create carries (the body as a whole is bounded by
@@ -558,12 +618,12 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	ttl, ok := g.leaseSeconds(req.Timeout)
+	ttl, ok := g.leaseSeconds(r.Context(), req.Timeout)
 	if !ok {
 		writeError(w, http.StatusBadRequest, "timeout must be >= 0, got %d", *req.Timeout)
 		return
 	}
-	if g.tooLong(w, req.Timeout) {
+	if g.tooLong(w, r, req.Timeout) {
 		return
 	}
 	life, err := lifecycleOf(req)
@@ -944,7 +1004,7 @@ func (g *gateway) handleTimeout(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout (seconds, >= 0) is required")
 		return
 	}
-	if g.tooLong(w, req.Timeout) {
+	if g.tooLong(w, r, req.Timeout) {
 		return
 	}
 	s, ok := g.sandboxFor(w, r)
@@ -1007,7 +1067,7 @@ func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout must be >= 0")
 		return
 	}
-	if g.tooLong(w, req.Timeout) {
+	if g.tooLong(w, r, req.Timeout) {
 		return
 	}
 	s, ok := g.sandboxFor(w, r)
@@ -1055,12 +1115,12 @@ func (g *gateway) handleFork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "count must be in [1, %d] (a node forks at most %d children in one call), got %d", nodeapi.MaxForkCount, nodeapi.MaxForkCount, count)
 		return
 	}
-	ttl, ok := g.leaseSeconds(req.Timeout)
+	ttl, ok := g.leaseSeconds(r.Context(), req.Timeout)
 	if !ok {
 		writeError(w, http.StatusBadRequest, "timeout must be >= 0")
 		return
 	}
-	if g.tooLong(w, req.Timeout) {
+	if g.tooLong(w, r, req.Timeout) {
 		return
 	}
 	s, ok := g.sandboxFor(w, r)

@@ -118,12 +118,14 @@ type Config struct {
 	AllowAnonymous bool
 	// EnvdVersion is advertised to the SDK (default agentapi.Version).
 	EnvdVersion string
-	// DefaultTimeoutSeconds is the lease of a create without timeout
-	// (default 300, like e2b).
+	// DefaultTimeoutSeconds is the lease of a create or fork without
+	// timeout. 0: the nodes' default lease (nodeapi.Info, the smallest any
+	// node reports), else 300, like e2b.
 	DefaultTimeoutSeconds int64
 	// MaxTimeoutSeconds bounds every asked timeout (create, connect,
 	// setTimeout, fork); above it is a 400, like e2b's "Timeout cannot be
-	// greater than 24 hours" (default 86400). The node may clamp lower.
+	// greater than 24 hours". 0: the nodes' longest lease (nodeapi.Info,
+	// the smallest any node reports; re-read every minute), else 86400.
 	MaxTimeoutSeconds int64
 	// Transport carries data-plane requests to agents (default: a tuned
 	// http.Transport whose connections draw from Budget).
@@ -212,12 +214,6 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	if cfg.EnvdVersion == "" {
 		cfg.EnvdVersion = agentapi.Version
-	}
-	if cfg.MaxTimeoutSeconds <= 0 {
-		cfg.MaxTimeoutSeconds = 24 * 60 * 60
-	}
-	if cfg.DefaultTimeoutSeconds <= 0 {
-		cfg.DefaultTimeoutSeconds = min(300, cfg.MaxTimeoutSeconds)
 	}
 	g := &gateway{
 		cfg:        cfg,
@@ -355,6 +351,10 @@ func (o *Options) Config(fleet Fleet) (Config, error) {
 type gateway struct {
 	cfg   Config
 	fleet Fleet
+	// The nodes' lease bounds (nodeLeaseBounds) and when they were read.
+	leaseMu            sync.Mutex
+	leaseDef, leaseMax int64
+	leaseAt            time.Time
 	keys  []configuredKey
 	// namespaces are the keys' namespaces (and Config.Namespace): the
 	// data plane reaches sandboxes there.

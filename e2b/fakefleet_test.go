@@ -46,6 +46,10 @@ type fakeFleet struct {
 	// call cancelled mid-answer: the node keeps the sandboxes and the
 	// caller gets ErrOutcomeUnknown.
 	inFlight func(ctx context.Context)
+	// leaseDef and leaseMax are the nodes' lease bounds LeaseBounds
+	// reports (0: none), leaseAsks how often it was asked.
+	leaseDef, leaseMax int64
+	leaseAsks          int
 	// refuse, when set, is what the node answers a fork, a snapshot or a
 	// claim from a snapshot instead (its quota refusals).
 	refuse error
@@ -399,6 +403,13 @@ func (f *fakeFleet) SetLabels(ctx context.Context, l nodeapi.Sandbox, req nodeap
 	s.loc.Labels, s.loc.Annotations = req.Labels, req.Annotations
 	s.loc.Version++
 	return s.loc, nil
+}
+
+func (f *fakeFleet) LeaseBounds(context.Context) (int64, int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leaseAsks++
+	return f.leaseDef, f.leaseMax, nil
 }
 
 var _ Fleet = (*fakeFleet)(nil)

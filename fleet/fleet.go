@@ -95,6 +95,8 @@ type Fleet interface {
 	// Renew sets s's lease to ttlSeconds from now and returns its new deadline.
 	Renew(ctx context.Context, s nodeapi.Sandbox, ttlSeconds int64) (time.Time, error)
 	Stats(ctx context.Context, s nodeapi.Sandbox) (nodeapi.Stats, error)
+	// LeaseBounds are the nodes' lease bounds, the strictest of them.
+	LeaseBounds(ctx context.Context) (defaultSeconds, maxSeconds int64, err error)
 }
 
 // ErrOutcomeUnknown is a claim the node may or may not have delivered:

@@ -645,7 +645,8 @@ func (n *Node) info() nodeapi.Info {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := nodeapi.Info{Node: n.cfg.Name, NodeAddr: n.cfg.AdvertiseAddress, VMM: n.driver.Name(), Accel: accel, Pools: []nodeapi.PoolInfo{}}
+	out := nodeapi.Info{Node: n.cfg.Name, NodeAddr: n.cfg.AdvertiseAddress, VMM: n.driver.Name(), Accel: accel, Pools: []nodeapi.PoolInfo{},
+		LeaseDefaultSeconds: int64(n.limits.Default / time.Second), LeaseMaxSeconds: int64(n.limits.Max / time.Second)}
 	for _, p := range n.tab.sortedPools() {
 		out.Pools = append(out.Pools, nodeapi.PoolInfo{Template: p.key.Template, Net: p.key.Net, Size: p.key.Size,
 			Warm: int32(len(p.warm)), Target: p.target, Refilling: p.booting})

@@ -73,7 +73,7 @@
 //	                      rss_bytes?, private_bytes?, shared_bytes?, cpu_seconds?, measured_at, paused}
 //	PoolsRequest         {pools: [{template, net?, size?, warm}]}
 //	Info                 {node, node_addr, vmm, accel?, pools: [{template, net, size, warm, target, refilling}],
-//	                      claimed, paused}
+//	                      claimed, paused, lease_default_seconds?, lease_max_seconds?}
 //	Error                {error}
 //
 // labels, annotations, spec and managed_fields are Object: the Kubernetes

@@ -218,6 +218,13 @@ type Info struct {
 	Pools   []PoolInfo `json:"pools"`
 	Claimed int        `json:"claimed"`
 	Paused  int        `json:"paused"`
+	// LeaseDefaultSeconds is the lease a claim asking for none gets
+	// (sandboxd --default-lease); LeaseMaxSeconds the longest the node
+	// grants (--max-lease; 0: unbounded), a longer ask being clamped to
+	// it. Gateways take their lease bounds from here (the e2b API's
+	// default and largest timeout). 0 from a node that predates them.
+	LeaseDefaultSeconds int64 `json:"lease_default_seconds,omitempty"`
+	LeaseMaxSeconds     int64 `json:"lease_max_seconds,omitempty"`
 }
 
 // MaxForkCount is the most children one fork makes (ForkRequest.Count is
