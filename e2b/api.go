@@ -567,8 +567,6 @@ const (
 	maxTemplateIDLen = 512
 	maxEnvBytes      = 64 << 10 // names and values of envVars, summed
 	maxEnvVars       = 1000
-	maxMetadataBytes = 64 << 10
-	maxMetadataKeys  = 1000
 )
 
 // validateCreate checks a create's fields before anything is claimed.
@@ -593,18 +591,15 @@ func validateCreate(req createRequest) error {
 	if n > maxEnvBytes {
 		return fmt.Errorf("envVars total %d bytes (at most %d)", n, maxEnvBytes)
 	}
-	if len(req.Metadata) > maxMetadataKeys {
-		return fmt.Errorf("metadata has %d keys (at most %d)", len(req.Metadata), maxMetadataKeys)
+	// The node's bounds (nodeapi.MaxMetadataKeys, MaxMetadataBytes), as 400.
+	if len(req.Metadata) > nodeapi.MaxMetadataKeys {
+		return fmt.Errorf("metadata has %d keys (at most %d)", len(req.Metadata), nodeapi.MaxMetadataKeys)
 	}
-	n = 0
-	for k, v := range req.Metadata {
-		if k == "" {
-			return errors.New("metadata has an empty key")
-		}
-		n += len(k) + len(v)
+	if _, ok := req.Metadata[""]; ok {
+		return errors.New("metadata has an empty key")
 	}
-	if n > maxMetadataBytes {
-		return fmt.Errorf("metadata total %d bytes (at most %d)", n, maxMetadataBytes)
+	if n := nodeapi.MetadataBytes(req.Metadata); n > nodeapi.MaxMetadataBytes {
+		return fmt.Errorf("metadata total %d bytes (at most %d)", n, nodeapi.MaxMetadataBytes)
 	}
 	return nil
 }

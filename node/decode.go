@@ -114,6 +114,9 @@ func parseClaim(b []byte) (claimInput, error) {
 			return claimInput{}, badRequest("env name %.64q is invalid", k)
 		}
 	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return claimInput{}, err
+	}
 	if err := checkObject(&req.Object); err != nil {
 		return claimInput{}, err
 	}
@@ -129,6 +132,22 @@ func parseClaim(b []byte) (claimInput, error) {
 // decided from its object alone: the label sandboxapi.LabelE2B "true".
 // Whatever E2B a request asks for is ignored.
 func claimedForE2B(o nodeapi.Object) bool { return o.Labels[sandboxapi.LabelE2B] == "true" }
+
+// checkMetadata bounds a claim's metadata (413 beyond
+// nodeapi.MaxMetadataKeys or nodeapi.MaxMetadataBytes) and refuses an
+// empty key (400).
+func checkMetadata(m map[string]string) error {
+	if len(m) > nodeapi.MaxMetadataKeys {
+		return errorf(http.StatusRequestEntityTooLarge, "metadata has %d keys; at most %d are recorded", len(m), nodeapi.MaxMetadataKeys)
+	}
+	if n := nodeapi.MetadataBytes(m); n > nodeapi.MaxMetadataBytes {
+		return errorf(http.StatusRequestEntityTooLarge, "metadata takes %d bytes; at most %d are recorded", n, nodeapi.MaxMetadataBytes)
+	}
+	if _, ok := m[""]; ok {
+		return badRequest("metadata has an empty key")
+	}
+	return nil
+}
 
 // checkObject bounds a recorded object (413 beyond nodeapi.MaxObjectBytes
 // or MaxManagedFieldsBytes) and checks its opaque parts' JSON shapes (400):

@@ -271,3 +271,46 @@ func TestFork_ChildOfAPublicSandboxIsPublic(t *testing.T) {
 		}
 	}
 }
+
+func TestClaim_OversizedMetadataIsRefusedBeforeAnythingIsStored(t *testing.T) {
+	drv := newFakeDriver()
+	cfg := Config{Name: "n1", DataDir: t.TempDir(), Driver: drv, RootToken: testRoot}
+	a := runNode(t, cfg)
+	if _, err := a.root.PutPools(bg, pools("img", 2)); err != nil {
+		t.Fatal(err)
+	}
+	a.waitWarm(t, "img", 2)
+	manyKeys := make(map[string]string, nodeapi.MaxMetadataKeys+1)
+	for i := range nodeapi.MaxMetadataKeys + 1 {
+		manyKeys[fmt.Sprintf("k%d", i)] = ""
+	}
+	for _, c := range []struct {
+		name string
+		md   map[string]string
+		want int
+	}{
+		{"bytes", map[string]string{"k": strings.Repeat("x", nodeapi.MaxMetadataBytes)}, 413},
+		{"keys", manyKeys, 413},
+		{"empty key", map[string]string{"": "v"}, 400},
+	} {
+		ref := "ns/" + strings.ReplaceAll(c.name, " ", "-")
+		if _, err := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: ref, Metadata: c.md}); nodeapi.StatusOf(err) != c.want {
+			t.Errorf("%s: claim answered %v, want %d", c.name, err, c.want)
+		}
+		if got, _ := a.root.GetByRef(bg, ref); len(got) != 0 {
+			t.Errorf("%s: a refused claim is stored under its ref (%d records)", c.name, len(got))
+		}
+	}
+	if info, err := a.root.Info(bg); err != nil || info.Claimed != 0 {
+		t.Fatalf("refused claims spent warm VMs: claimed %d (%v)", info.Claimed, err)
+	}
+	if n := len(a.Inventory().Entries); n != 0 {
+		t.Fatalf("refused claims published %d inventory entries", n)
+	}
+	// At the bound, the claim is delivered and its metadata kept.
+	atBound := map[string]string{"k": strings.Repeat("x", nodeapi.MaxMetadataBytes-1)}
+	c, err := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/at-bound", Metadata: atBound})
+	if err != nil || len(c.Metadata["k"]) != nodeapi.MaxMetadataBytes-1 {
+		t.Fatalf("claim at the bound: %v", err)
+	}
+}

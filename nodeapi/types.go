@@ -21,7 +21,8 @@ type ClaimRequest struct {
 	// and applied again whenever the VM restarts from its files (a resume
 	// after a pause without memory, the restore of a dead agent).
 	Env map[string]string `json:"env,omitempty"`
-	// Metadata is kept with the sandbox and returned by lookups.
+	// Metadata is kept with the sandbox and returned by lookups (bounded
+	// by MaxMetadataBytes and MaxMetadataKeys).
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Lifecycle is what the lease's end does (default: destroy).
 	Lifecycle
@@ -93,6 +94,28 @@ const MaxObjectBytes = 16 << 10
 
 // MaxManagedFieldsBytes bounds the recorded managed fields; 413 beyond.
 const MaxManagedFieldsBytes = 32 << 10
+
+// Bounds on a claim's Metadata (ClaimRequest.Metadata): it is stored with
+// the claim, carried on the node's change stream and held by every API
+// server replica, so a node refuses a claim beyond either with 413 (and a
+// metadata key that is empty with 400) before anything is claimed. The
+// e2b API enforces the same bounds (as 400) on its create.
+const (
+	// MaxMetadataBytes bounds the keys and values, summed (MetadataBytes).
+	MaxMetadataBytes = 64 << 10
+	// MaxMetadataKeys bounds the number of keys.
+	MaxMetadataKeys = 1000
+)
+
+// MetadataBytes is the length counted against MaxMetadataBytes: the
+// lengths of m's keys and values, summed.
+func MetadataBytes(m map[string]string) int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + len(v)
+	}
+	return n
+}
 
 // Object is the part of a sandbox's Kubernetes object that a read cannot
 // derive from the claim: the user's labels and annotations, the spec and
