@@ -1,0 +1,220 @@
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/nodeapi"
+	"github.com/hearthvm/hearth/pool"
+	"github.com/hearthvm/hearth/sandbox"
+)
+
+// newClaimName returns "e2b-" and 10 random lowercase alphanumerics.
+func newClaimName() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return "e2b-" + string(b)
+}
+
+type createRequest struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	// AutoPause (the SDK's lifecycle.onTimeout "pause") pauses the
+	// sandbox at its timeout instead of killing it.
+	AutoPause *bool `json:"autoPause"`
+	// AutoPauseMemory false makes that pause one without memory (file
+	// system only).
+	AutoPauseMemory *bool `json:"autoPauseMemory"`
+	// AutoResume resumes an auto-paused sandbox on its next data-plane
+	// request.
+	AutoResume *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	// Network.AllowPublicTraffic false opens the sandbox's ports (other
+	// than envd's) only to its traffic access token; absent or true, they
+	// are public, as on e2b.
+	Network *struct {
+		AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+	} `json:"network"`
+}
+
+// lifecycleOf is the node lifecycle a create asks for.
+func lifecycleOf(req createRequest) (nodeapi.Lifecycle, error) {
+	var l nodeapi.Lifecycle
+	if req.AutoPause != nil && *req.AutoPause {
+		l.OnTimeout = nodeapi.OnTimeoutPause
+	}
+	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory && l.OnTimeout == nodeapi.OnTimeoutPause {
+		l.PauseWithoutMemory = true
+	}
+	if req.AutoResume != nil && req.AutoResume.Enabled {
+		if l.OnTimeout != nodeapi.OnTimeoutPause {
+			return l, errors.New("autoResume can only be enabled with autoPause")
+		}
+		if l.PauseWithoutMemory {
+			return l, errors.New("autoResume cannot be enabled with autoPauseMemory false: a pause without memory is resumed by connect")
+		}
+		l.AutoResume = true
+	}
+	// Public ports are e2b's default, and only an e2b create's.
+	if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
+		l.PrivateTraffic = true
+	} else {
+		l.PublicTraffic = true
+	}
+	return l, nil
+}
+
+// Limits on what a create carries (the body as a whole is bounded by
+// maxBodyBytes).
+const (
+	maxTemplateIDLen = 512
+	maxEnvBytes      = 64 << 10 // names and values of envVars, summed
+	maxEnvVars       = 1000
+)
+
+// validateCreate checks a create's fields before anything is claimed.
+func validateCreate(req createRequest) error {
+	id := req.TemplateID
+	if strings.TrimSpace(id) == "" {
+		return errors.New("templateID is required")
+	}
+	if len(id) > maxTemplateIDLen || strings.IndexFunc(id, unicode.IsControl) >= 0 || !utf8.ValidString(id) {
+		return fmt.Errorf("templateID %.64q is not a valid template or snapshot id", id)
+	}
+	if len(req.EnvVars) > maxEnvVars {
+		return fmt.Errorf("envVars has %d entries (at most %d)", len(req.EnvVars), maxEnvVars)
+	}
+	n := 0
+	for k, v := range req.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("envVars name %.64q is invalid", k)
+		}
+		n += len(k) + len(v)
+	}
+	if n > maxEnvBytes {
+		return fmt.Errorf("envVars total %d bytes (at most %d)", n, maxEnvBytes)
+	}
+	// The node's bounds (nodeapi.MaxMetadataKeys, MaxMetadataBytes), as 400.
+	if len(req.Metadata) > nodeapi.MaxMetadataKeys {
+		return fmt.Errorf("metadata has %d keys (at most %d)", len(req.Metadata), nodeapi.MaxMetadataKeys)
+	}
+	if _, ok := req.Metadata[""]; ok {
+		return errors.New("metadata has an empty key")
+	}
+	if n := nodeapi.MetadataBytes(req.Metadata); n > nodeapi.MaxMetadataBytes {
+		return fmt.Errorf("metadata total %d bytes (at most %d)", n, nodeapi.MaxMetadataBytes)
+	}
+	return nil
+}
+
+func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
+	var req createRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if err := validateCreate(req); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ttl, ok := g.leaseSeconds(r.Context(), req.Timeout)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "timeout must be >= 0, got %d", *req.Timeout)
+		return
+	}
+	if g.tooLong(w, r, req.Timeout) {
+		return
+	}
+	life, err := lifecycleOf(req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	// The key's namespace; labelled for e2b, which makes the node record
+	// the claim as e2b's (visible; nodeapi.Lifecycle.E2B), as its fork
+	// children and snapshot clones are. The label stays for display.
+	freq := fleet.Request{TTLSeconds: ttl, Ref: g.namespaceOf(r.Context()) + "/" + newClaimName(), Env: req.EnvVars, Metadata: req.Metadata, Lifecycle: life,
+		Object: nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}}
+	if !isSnapshotID(req.TemplateID) {
+		allow := req.AllowInternetAccess != nil && *req.AllowInternetAccess
+		freq.Key, err = pool.KeyForE2B(g.template(r.Context(), req.TemplateID), allow)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+	}
+	// The claim runs to its outcome even if the client goes away, and what
+	// a client gone will never learn of is released (fleet.Detached).
+	sbs, err := fleet.Detached(r.Context(), g.fleet, func(ctx context.Context) ([]nodeapi.Sandbox, error) {
+		s, err := g.claim(ctx, req.TemplateID, freq)
+		if err != nil {
+			return nil, err
+		}
+		return []nodeapi.Sandbox{s}, nil
+	})
+	var unknown *unknownTemplate
+	switch {
+	case errors.Is(err, fleet.ErrAbandoned):
+		return
+	case errors.As(err, &unknown):
+		writeError(w, http.StatusNotFound, "%v", unknown)
+		return
+	case err != nil:
+		fail(w, err, "template "+strconv.Quote(req.TemplateID))
+		return
+	}
+	g.unmiss(sbs[0])
+	writeJSON(w, http.StatusCreated, g.sandboxOf(sbs[0]))
+}
+
+// unknownTemplate is a create's templateID that no node has a pool of, no
+// alias names and no snapshot the key sees goes by (a 404).
+type unknownTemplate struct{ id, known string }
+
+func (e *unknownTemplate) Error() string {
+	return fmt.Sprintf("template %q not found: %s", e.id, e.known)
+}
+
+// claim claims a create's sandbox: a clone of the snapshot id names, else
+// one of req.Key's pool, else a clone of the snapshot named id.
+func (g *gateway) claim(ctx context.Context, id string, req fleet.Request) (nodeapi.Sandbox, error) {
+	if isSnapshotID(id) {
+		return g.claimSnapshot(ctx, id, req)
+	}
+	s, err := g.fleet.Claim(ctx, req)
+	var noCap *fleet.ErrNoWarmCapacity
+	if !errors.As(err, &noCap) || g.isPool(ctx, req.Key) {
+		return s, err
+	}
+	// Not a template any node serves: a snapshot may go by its name.
+	snap, ok := g.snapshotNamed(ctx, id)
+	if !ok {
+		return nodeapi.Sandbox{}, &unknownTemplate{id: id, known: g.knownTemplates(ctx)}
+	}
+	return g.cloneSnapshot(ctx, snap, req)
+}
+
+// releaseOrphans releases sandboxes claimed for a create that fails after
+// the claim, on a context of their own.
+func (g *gateway) releaseOrphans(ctx context.Context, sbs ...nodeapi.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fleet.ClaimTimeout)
+	defer cancel()
+	for _, s := range sbs {
+		_ = g.fleet.Release(ctx, s)
+	}
+}

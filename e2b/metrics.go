@@ -1,0 +1,76 @@
+package e2b
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+type metricJSON struct {
+	Timestamp     string  `json:"timestamp"`
+	TimestampUnix int64   `json:"timestampUnix"`
+	CPUCount      int     `json:"cpuCount"`
+	CPUUsedPct    float64 `json:"cpuUsedPct"`
+	MemUsed       int64   `json:"memUsed"`
+	MemTotal      int64   `json:"memTotal"`
+	MemCache      int64   `json:"memCache"`
+	DiskUsed      int64   `json:"diskUsed"`
+	DiskTotal     int64   `json:"diskTotal"`
+}
+
+// metricsRange decodes getMetrics' optional start and end (unix seconds,
+// inclusive).
+func metricsRange(q url.Values) (start, end int64, err error) {
+	start, end = math.MinInt64, math.MaxInt64
+	for _, b := range []struct {
+		name string
+		to   *int64
+	}{{"start", &start}, {"end", &end}} {
+		if v := q.Get(b.name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return 0, 0, fmt.Errorf("%s %q is not a unix time in seconds", b.name, v)
+			}
+			*b.to = n
+		}
+	}
+	if end < start {
+		return 0, 0, fmt.Errorf("end %d is before start %d", end, start)
+	}
+	return start, end, nil
+}
+
+// handleMetrics answers the sandbox's metrics in [start, end]: the node
+// measures on demand, so the one sample is now's, and a range that does
+// not hold now is an empty list.
+func (g *gateway) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	start, end, err := metricsRange(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
+		return
+	}
+	st, err := g.fleet.Stats(r.Context(), s)
+	if err != nil {
+		failSandbox(w, r, err)
+		return
+	}
+	at := st.MeasuredAt
+	if at.IsZero() {
+		at = g.now()
+	}
+	out := []metricJSON{}
+	if at.Unix() >= start && at.Unix() <= end {
+		out = append(out, metricJSON{
+			Timestamp: rfc3339(at), TimestampUnix: at.Unix(), CPUCount: st.CPUCount,
+			MemUsed: st.MemUsedBytes, MemTotal: st.MemTotalBytes,
+			DiskUsed: st.DiskUsedBytes, DiskTotal: st.DiskTotalBytes,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}

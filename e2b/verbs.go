@@ -1,0 +1,244 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/nodeapi"
+	"github.com/hearthvm/hearth/sandbox"
+)
+
+// live asks the node whether s is paused (the view may be stale).
+func (g *gateway) live(ctx context.Context, s nodeapi.Sandbox) (bool, error) {
+	st, err := g.fleet.Stats(ctx, s)
+	if err != nil {
+		return false, err
+	}
+	return st.Paused, nil
+}
+
+// failSandbox maps err about the request's sandbox {id} to an e2b error answer.
+func failSandbox(w http.ResponseWriter, r *http.Request, err error) {
+	fail(w, err, "sandbox "+strconv.Quote(r.PathValue("id")))
+}
+
+// sandboxFor resolves the request's {id}; on failure it writes the error
+// answer and returns false.
+func (g *gateway) sandboxFor(w http.ResponseWriter, r *http.Request) (nodeapi.Sandbox, bool) {
+	s, err := g.lookup(r.Context(), r.PathValue("id"))
+	if err != nil {
+		failSandbox(w, r, err)
+		return nodeapi.Sandbox{}, false
+	}
+	return s, true
+}
+
+// pausedFor asks s's node whether it is paused; on failure it writes the
+// error answer and returns ok false.
+func (g *gateway) pausedFor(w http.ResponseWriter, r *http.Request, s nodeapi.Sandbox) (paused, ok bool) {
+	paused, err := g.live(r.Context(), s)
+	if err != nil {
+		failSandbox(w, r, err)
+		return false, false
+	}
+	return paused, true
+}
+
+func (g *gateway) handleGet(w http.ResponseWriter, r *http.Request) {
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
+		return
+	}
+	if p, err := g.live(r.Context(), s); err == nil {
+		s.Paused = p
+	}
+	d := detailJSON{
+		listedJSON: g.listedOf(s), Domain: g.domain(),
+		AllowInternetAccess: s.Net == sandbox.NetEgress, Lifecycle: lifecycle{OnTimeout: nodeapi.OnTimeoutKill, AutoResume: s.AutoResume},
+	}
+	if s.OnTimeout == nodeapi.OnTimeoutPause {
+		d.Lifecycle.OnTimeout = nodeapi.OnTimeoutPause
+	}
+	if s.Token != "" {
+		t := s.Token
+		d.EnvdAccessToken = &t
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (g *gateway) handleKill(w http.ResponseWriter, r *http.Request) {
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
+		return
+	}
+	g.forget(s)
+	if err := g.fleet.Release(r.Context(), s); err != nil {
+		failSandbox(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type timeoutRequest struct {
+	Timeout *int64 `json:"timeout"`
+}
+
+func (g *gateway) handleTimeout(w http.ResponseWriter, r *http.Request) {
+	var req timeoutRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.Timeout == nil || *req.Timeout < 0 {
+		writeError(w, http.StatusBadRequest, "timeout (seconds, >= 0) is required")
+		return
+	}
+	if g.tooLong(w, r, req.Timeout) {
+		return
+	}
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
+		return
+	}
+	if _, err := g.fleet.Renew(r.Context(), s, *req.Timeout); err != nil {
+		failSandbox(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (g *gateway) handleRefresh(w http.ResponseWriter, r *http.Request) {
+	if _, ok := g.sandboxFor(w, r); !ok {
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (g *gateway) handlePause(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Memory *bool `json:"memory"`
+	}
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
+		return
+	}
+	paused, ok := g.pausedFor(w, r, s)
+	if !ok {
+		return
+	}
+	if paused {
+		writeError(w, http.StatusConflict, "sandbox %q is already paused", r.PathValue("id"))
+		return
+	}
+	// {"memory": false} (the SDK's keepMemory: false) keeps only the file
+	// system: the VM stops, and a resume restarts it from its disk.
+	g.dropRoute(s.ID)
+	pause := g.fleet.Pause
+	if req.Memory != nil && !*req.Memory {
+		pause = g.fleet.PauseWithoutMemory
+	}
+	if err := pause(r.Context(), s); err != nil {
+		failSandbox(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
+	var req timeoutRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.Timeout != nil && *req.Timeout < 0 {
+		writeError(w, http.StatusBadRequest, "timeout must be >= 0")
+		return
+	}
+	if g.tooLong(w, r, req.Timeout) {
+		return
+	}
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
+		return
+	}
+	paused, ok := g.pausedFor(w, r, s)
+	if !ok {
+		return
+	}
+	status := http.StatusOK
+	if paused {
+		if err := g.fleet.Resume(r.Context(), s); err != nil {
+			failSandbox(w, r, err)
+			return
+		}
+		g.dropRoute(s.ID)
+		status = http.StatusCreated
+	}
+	// A connect timeout only extends the lease.
+	if req.Timeout != nil && *req.Timeout > 0 && g.now().Add(time.Duration(*req.Timeout)*time.Second).After(s.Deadline) {
+		if _, err := g.fleet.Renew(r.Context(), s, *req.Timeout); err != nil {
+			failSandbox(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, status, g.sandboxOf(s))
+}
+
+func (g *gateway) handleFork(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int64 `json:"timeout"`
+		Count   *int   `json:"count"`
+	}
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	count := 1
+	if req.Count != nil {
+		count = *req.Count
+	}
+	// More than a node forks in one call is a 400 naming the bound, before
+	// any node call, not the node's refusal.
+	if count < 1 || count > nodeapi.MaxForkCount {
+		writeError(w, http.StatusBadRequest, "count must be in [1, %d] (a node forks at most %d children in one call), got %d", nodeapi.MaxForkCount, nodeapi.MaxForkCount, count)
+		return
+	}
+	ttl, ok := g.leaseSeconds(r.Context(), req.Timeout)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "timeout must be >= 0")
+		return
+	}
+	if g.tooLong(w, r, req.Timeout) {
+		return
+	}
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
+		return
+	}
+	if paused, ok := g.pausedFor(w, r, s); !ok {
+		return
+	} else if paused {
+		writeError(w, http.StatusConflict, "sandbox %q is paused and cannot be forked; connect (resume) it first", r.PathValue("id"))
+		return
+	}
+	// As a create's: detached, and released if the client is gone.
+	children, err := fleet.Detached(r.Context(), g.fleet, func(ctx context.Context) ([]nodeapi.Sandbox, error) {
+		return g.fleet.Fork(ctx, s, count, ttl)
+	})
+	if errors.Is(err, fleet.ErrAbandoned) {
+		return
+	}
+	if err != nil {
+		failSandbox(w, r, err)
+		return
+	}
+	out := make([]map[string]any, 0, len(children))
+	for _, c := range children {
+		out = append(out, map[string]any{"sandbox": g.sandboxOf(c)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
