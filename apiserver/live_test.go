@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/fleet/fleettest"
 	"github.com/hearthvm/hearth/fleetview"
+	"github.com/hearthvm/hearth/nodeapi"
 	hearthserver "github.com/hearthvm/hearth/server"
 )
 
@@ -326,4 +328,108 @@ func TestLiveGet_ResourceVersionIsTheListAndWatchRevision(t *testing.T) {
 		t.Fatalf("watch from a Get's resourceVersion: %v", err)
 	}
 	w2.Stop()
+}
+
+// lookupCounter is a fleet that counts the live lookups by name (each one
+// a request to the owning node, or to every node when this replica's
+// claim-time index does not hold the name).
+type lookupCounter struct {
+	fleet.Fleet
+	n atomic.Int64
+}
+
+func (c *lookupCounter) LiveByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error) {
+	c.n.Add(1)
+	return c.Fleet.LiveByRef(ctx, ref)
+}
+
+// A watch pinned to one name (`kubectl get sandbox NAME -w`, kubectl wait
+// and delete) reads the live view like any watch: an idle one asks no
+// node, and it still sees the name claimed and released on another
+// replica, as it happens.
+func TestLiveWatch_PinnedNameAsksNoNode(t *testing.T) {
+	f := fleettest.Start(t, 2)
+	f.SetWarm(t, spec, 1, 1)
+	live := f.StartLive(t)
+	lookups := &lookupCounter{Fleet: fleet.New(fleet.Config{View: live, Secret: fleettest.Secret})}
+	s := startServerWith(t, f, func(o *hearthserver.Options) { o.View, o.Live, o.Fleet = live, live, lookups })
+	other, _ := startLive(t, f)
+	ctx := context.Background()
+	pinned := metav1.ListOptions{FieldSelector: "metadata.name=pin"}
+	w, err := sandboxes(s, "default").Watch(ctx, pinned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	// Idle for a second: 20 of the harness's 50 ms watch intervals.
+	select {
+	case ev := <-w.ResultChan():
+		t.Fatalf("idle pinned watch of a name nobody holds sent %s", ev.Type)
+	case <-time.After(time.Second):
+	}
+	if n := lookups.n.Load(); n != 0 {
+		t.Fatalf("an idle pinned watch made %d live lookups, want 0", n)
+	}
+	if _, err := sandboxes(other, "default").Create(ctx, sandboxObj("pin", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ev := next(t, w, 2*time.Second)
+	if ev.Type != watch.Added || name(ev) != "pin" {
+		t.Fatalf("after the claim: %s %s, want ADDED pin", ev.Type, name(ev))
+	}
+	addedRV := ev.Object.(*unstructured.Unstructured).GetResourceVersion()
+	if err := sandboxes(other, "default").Delete(ctx, "pin", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, w, 2*time.Second); ev.Type != watch.Deleted || name(ev) != "pin" {
+		t.Fatalf("after the release: %s %s, want DELETED pin", ev.Type, name(ev))
+	}
+	if n := lookups.n.Load(); n != 0 {
+		t.Fatalf("the pinned watch made %d live lookups, want 0", n)
+	}
+	// Resumed from the ADDED event's resourceVersion: exactly the release.
+	w2, err := sandboxes(s, "default").Watch(ctx, metav1.ListOptions{FieldSelector: pinned.FieldSelector, ResourceVersion: addedRV})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Stop()
+	if ev := next(t, w2, 2*time.Second); ev.Type != watch.Deleted || name(ev) != "pin" {
+		t.Fatalf("resumed from ADDED: %s %s, want DELETED pin", ev.Type, name(ev))
+	}
+}
+
+// A pinned watch from a resourceVersion this replica does not know (a
+// content hash, another replica's) is not a 410 — kubectl get NAME -w
+// does not relist — but opens with the name's state: DELETED when gone, so
+// kubectl wait --for=delete ends.
+func TestLiveWatch_PinnedFromAnUnknownRevisionOpensWithTheState(t *testing.T) {
+	f := fleettest.Start(t, 1)
+	f.SetWarm(t, spec, 1)
+	s, _ := startLive(t, f)
+	ctx := context.Background()
+	if _, err := sandboxes(s, "default").Create(ctx, sandboxObj("here", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.Eventually(t, 5*time.Second, func() bool {
+		l, err := sandboxes(s, "default").List(ctx, metav1.ListOptions{})
+		return err == nil && len(l.Items) == 1
+	}, "here not in the view")
+	for _, c := range []struct {
+		name string
+		want watch.EventType
+	}{{"gone", watch.Deleted}, {"here", watch.Added}} {
+		w, err := sandboxes(s, "default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + c.name, ResourceVersion: "12345"})
+		if err != nil {
+			t.Fatalf("pinned watch of %s from an unknown revision: %v", c.name, err)
+		}
+		ev := next(t, w, 2*time.Second)
+		w.Stop()
+		if ev.Type != c.want || name(ev) != c.name {
+			t.Fatalf("pinned watch of %s opened with %s %s, want %s", c.name, ev.Type, name(ev), c.want)
+		}
+	}
+	// An unpinned one is 410.
+	if _, err := sandboxes(s, "default").Watch(ctx, metav1.ListOptions{ResourceVersion: "12345"}); !apierrors.IsResourceExpired(err) {
+		t.Fatalf("unpinned watch from an unknown revision: %v, want 410", err)
+	}
 }

@@ -11,19 +11,22 @@
 // annotations and spec together, and nodeapi.MaxManagedFieldsBytes, 32
 // KiB: 422 beyond, before any node is asked) and renders the delivered
 // nodeapi.Sandbox like any read (objectOf). Reads are rendered from that
-// one record: live lookups through the fleet (Get, a name-pinned list or
-// watch, never waiting for a publish: the holding node's record, with
+// one record: live lookups through the fleet (Get, a name-pinned list,
+// never waiting for a publish: the holding node's record, with
 // spec and managedFields, on every replica and after any restart — the
 // view only says which node to ask) and, for List and Watch, the live
 // fleet view (Config.Live, live.go: a revision per applied change,
 // Kubernetes resume and 410 semantics; an Update accepts the revision a
-// list or event gave the object while it is still current) or, without
+// list or event gave the object while it is still current; a name-pinned
+// watch is a watch of the view filtered to the name, asking no node, and
+// opens from a revision the view does not know with the name's state,
+// DELETED when gone, instead of 410) or, without
 // one, the NodeInventory view re-derived on a cadence (watch.go) — both
 // fed by the nodes' published items (labels and annotations are published,
 // so label selectors see the user's labels; spec and managedFields are
 // not, so a list item's spec carries only operatingMode and shutdownTime).
 // With a live view, a Get (and an Update's answer, a subresource's, and a
-// name-pinned list or watch) carries the revision the view gave that
+// name-pinned list) carries the revision the view gave that
 // state — the resourceVersion its lists and watches carry — once the view
 // has applied it (read, live.go: waits up to 1 s while the node's stream
 // is applied); otherwise, and for a Create's answer, the entry's content

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,10 +20,11 @@ import (
 )
 
 // LiveSource is a live fleet view with a revision per applied change
-// (*fleetview.Live is one). When Config.Live is set, lists and watches
-// that are not pinned to one name read it: a list is at one revision, and
-// a watch from that revision gets exactly the later changes, as each
-// arrives.
+// (*fleetview.Live is one). When Config.Live is set, lists that are not
+// pinned to one name, and every watch, read it: a list is at one revision,
+// and a watch from that revision gets exactly the later changes, as each
+// arrives. A watch pinned to one name is the same watch with the name in
+// its filter (no node is asked, at open or after).
 //
 // Revisions are per API server replica (like metrics-server's, nothing is
 // stored): a revision another replica, or an earlier process, handed out
@@ -169,16 +171,22 @@ func (s *sandboxStorage) watchLive(ctx context.Context, f filter, opts *metainte
 		bookmarks = opts.AllowWatchBookmarks
 	}
 	initial := sendInitial || rvs == "" || rvs == "0"
+	ref, pinned := f.pinned()
 	var from uint64
+	resync := false
 	if !initial {
 		rv, err := strconv.ParseUint(rvs, 10, 64)
 		if err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: %v", rvs, err))
 		}
-		if _, _, _, err := s.live.Since(rv, 1); err != nil {
+		switch _, _, _, err := s.live.Since(rv, 1); {
+		case err == nil:
+			from = rv
+		case pinned:
+			resync = true
+		default:
 			return nil, expired(rvs)
 		}
-		from = rv
 	}
 	w := &sandboxWatch{ch: make(chan watch.Event, 64), done: make(chan struct{})}
 	go func() {
@@ -205,9 +213,37 @@ func (s *sandboxStorage) watchLive(ctx context.Context, f filter, opts *metainte
 			}
 			from = rv
 		}
+		if resync {
+			var ok bool
+			if from, ok = s.pinnedResync(ref, f, send); !ok {
+				return
+			}
+		}
 		s.followLive(ctx, w, f, from, bookmarks, send)
 	}()
 	return w, nil
+}
+
+// pinnedResync opens a watch pinned to ref from a resourceVersion this
+// replica does not know (a content hash, another replica's, one out of the
+// history) with the name's state in the view: ADDED, or DELETED when the
+// view does not hold it — the caller saw some state, and without that event
+// `kubectl wait --for=delete` would wait forever. It returns the revision
+// to follow from (taken before the state is read, so no change is missed),
+// false when the watch ended.
+func (s *sandboxStorage) pinnedResync(ref string, f filter, send func(watch.Event) bool) (uint64, bool) {
+	rv := s.live.Rev()
+	ev := watch.Event{Type: watch.Added}
+	if it, ok := s.live.Current(ref); ok && f.keep(it.Item) {
+		ev.Object = versionedObject(it.Item, it.Rev)
+	} else {
+		ns, name, _ := strings.Cut(ref, "/")
+		ev.Type, ev.Object = watch.Deleted, &sandboxv1beta1.Sandbox{
+			TypeMeta:   metav1.TypeMeta{APIVersion: sandboxv1beta1.GroupVersion.String(), Kind: "Sandbox"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rvString(rv)},
+		}
+	}
+	return rv, send(ev)
 }
 
 func expired(rv string) error {

@@ -65,10 +65,11 @@ type Config struct {
 	Fleet Fleet
 	// View is the published fleet view lists and watches read. Required.
 	View inventory.Viewer
-	// Live, when set, serves the lists and watches not pinned to a name
-	// (live.go); View still serves lookups.
+	// Live, when set, serves every watch and the lists not pinned to a
+	// name (live.go); View still serves lookups.
 	Live LiveSource
-	// WatchInterval is the watch re-derive cadence; default 1s. Never backs off.
+	// WatchInterval is the re-derive cadence of watches without Live;
+	// default 1s. Never backs off.
 	WatchInterval time.Duration
 	// DeleteTimeout bounds how long Delete waits for the node to drop a
 	// released sandbox; default 30s.
@@ -306,7 +307,8 @@ func (s *sandboxStorage) Get(ctx context.Context, name string, _ *metav1.GetOpti
 }
 
 // List reads the view; a list pinned to one name in a namespace also asks
-// the nodes live, so it includes an unpublished claim.
+// the nodes live, so it includes an unpublished claim (at the live source's
+// revision, when there is one, so a pinned watch resumes from it).
 func (s *sandboxStorage) List(ctx context.Context, opts *metainternalversion.ListOptions) (runtime.Object, error) {
 	ns, _ := genericapirequest.NamespaceFrom(ctx)
 	f, err := newFilter(ns, opts)
@@ -321,6 +323,10 @@ func (s *sandboxStorage) List(ctx context.Context, opts *metainternalversion.Lis
 		TypeMeta: metav1.TypeMeta{APIVersion: sandboxv1beta1.GroupVersion.String(), Kind: "SandboxList"},
 		ListMeta: metav1.ListMeta{ResourceVersion: fmt.Sprint(v.Sum())},
 		Items:    []sandboxv1beta1.Sandbox{},
+	}
+	if s.live != nil {
+		// Taken before the nodes answer: a watch from it misses no change.
+		list.ResourceVersion = rvString(s.live.Rev())
 	}
 	if ref, ok := f.pinned(); ok {
 		if obj, err := s.pinnedObject(ctx, ref, v, f); err != nil {
@@ -449,14 +455,15 @@ func (s *sandboxStorage) inView(id string) bool {
 	return ok
 }
 
-// Watch streams the view's changes (see newWatch).
+// Watch streams the live source's changes (watchLive), a watch pinned to
+// one name included; without a live source, the view's (newWatch).
 func (s *sandboxStorage) Watch(ctx context.Context, opts *metainternalversion.ListOptions) (watch.Interface, error) {
 	ns, _ := genericapirequest.NamespaceFrom(ctx)
 	f, err := newFilter(ns, opts)
 	if err != nil {
 		return nil, err
 	}
-	if _, pinned := f.pinned(); !pinned && s.live != nil {
+	if s.live != nil {
 		return s.watchLive(ctx, f, opts)
 	}
 	bookmark := opts != nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents && opts.AllowWatchBookmarks
