@@ -8,9 +8,10 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/vmm"
@@ -160,17 +161,15 @@ func (n *Node) sweepWarm(ctx context.Context, strikes map[string]int) map[string
 	}
 
 	probes := make([]warmProbe, len(hs))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, warmProbeConcurrency)
+	var g errgroup.Group
+	g.SetLimit(warmProbeConcurrency)
 	for i, h := range hs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(i int, h vmm.Handle) {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			probes[i] = n.probeWarm(ctx, h)
-		}(i, h)
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // probes record their own errors
 	if ctx.Err() != nil {
 		// Probes cut short by shutdown prove nothing.
 		return strikes
@@ -422,13 +421,10 @@ func (n *Node) sweepClaimed(ctx context.Context, state map[string]claimHealth) m
 	sort.Slice(ts, func(i, j int) bool { return ts[i].id < ts[j].id })
 
 	probes := make([]claimProbe, len(ts))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, warmProbeConcurrency)
+	var g errgroup.Group
+	g.SetLimit(warmProbeConcurrency)
 	for i, t := range ts {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(i int, t target) {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			pr := n.probeWarm(ctx, t.h)
 			if pr.Hung && pr.Err == nil {
 				// A busy sandbox's agent may be slow; restoring it would
@@ -436,9 +432,10 @@ func (n *Node) sweepClaimed(ctx context.Context, state map[string]claimHealth) m
 				pr.Err = errAgentHung
 			}
 			probes[i] = claimProbe{ID: t.id, Handle: t.h, OK: pr.OK, Gone: pr.Gone, Err: pr.Err}
-		}(i, t)
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // probes record their own errors
 	if ctx.Err() != nil {
 		return state
 	}
@@ -470,15 +467,16 @@ func (n *Node) sweepClaimed(ctx context.Context, state map[string]claimHealth) m
 		byID[p.ID] = p
 	}
 	ok := make([]bool, len(restore))
+	var rg errgroup.Group
+	rg.SetLimit(warmProbeConcurrency)
 	for i, id := range restore {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(i int, p claimProbe) {
-			defer func() { <-sem; wg.Done() }()
+		p := byID[id]
+		rg.Go(func() error {
 			ok[i] = n.restoreClaimed(ctx, p)
-		}(i, byID[id])
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = rg.Wait()
 	now := n.now()
 	for i, id := range restore {
 		if ok[i] {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
 	"github.com/hearthvm/hearth/internal/serve"
@@ -270,20 +271,15 @@ func (n *Node) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var (
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, 8)
-	)
+	var g errgroup.Group
+	g.SetLimit(8)
 	for _, r := range recs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(r record) {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			if r.Stopped { // paused without memory: it stays stopped until resumed
 				n.mu.Lock()
 				n.tab.insert(&sandbox{rec: r})
 				n.mu.Unlock()
-				return
+				return nil
 			}
 			h, err := n.driver.Restore(ctx, r.Handle)
 			switch {
@@ -292,7 +288,7 @@ func (n *Node) recover(ctx context.Context) error {
 				n.log.Error(err, "Claimed sandbox has no VM left; dropping it", "id", r.ID, "claimRef", r.ClaimRef)
 				_ = n.driver.Destroy(ctx, r.Handle)
 				_ = n.store.deleteSandbox(r.ID)
-				return
+				return nil
 			case err != nil:
 				// Keep it (listed, releasable, reaped at its deadline) so
 				// the next start can try again: its state is still on disk.
@@ -314,9 +310,10 @@ func (n *Node) recover(ctx context.Context) error {
 			n.mu.Lock()
 			n.tab.insert(&sandbox{rec: r})
 			n.mu.Unlock()
-		}(r)
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // each restore logs its own failure
 
 	owned := n.tab.vmIDs()
 	live, err := n.driver.List(ctx)
@@ -427,32 +424,27 @@ func (n *Node) close(ctx context.Context) error {
 	claimed := n.tab.all()
 	n.mu.Unlock()
 
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
+	var g errgroup.Group
+	g.SetLimit(8)
 	for _, h := range warm {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(h vmm.Handle) {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			if err := n.driver.Destroy(dctx, h); err != nil {
 				n.log.Error(err, "Close: destroying a warm VM", "vm", h.ID)
 			}
-		}(h)
+			return nil
+		})
 	}
 	for _, sb := range claimed {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(sb *sandbox) {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			sb.mu.Lock()
 			defer sb.mu.Unlock()
 			if sb.gone || sb.rec.Stopped {
-				return
+				return nil
 			}
 			h, err := n.driver.Stop(dctx, sb.rec.Handle)
 			if err != nil {
 				n.log.Error(err, "Close: stopping a claimed VM", "id", sb.rec.ID)
-				return
+				return nil
 			}
 			n.mu.Lock()
 			rec := n.tab.update(sb, func(r *record) { r.Handle = h })
@@ -460,9 +452,10 @@ func (n *Node) close(ctx context.Context) error {
 			if err := n.store.putSandboxes(rec); err != nil {
 				n.log.Error(err, "Close: persisting a stopped sandbox", "id", rec.ID)
 			}
-		}(sb)
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // each destroy and stop logs its own failure
 	_ = os.RemoveAll(n.dirs.golden)
 	n.log.Info("Node closed", "warmDestroyed", len(warm), "claimedStopped", len(claimed))
 	return n.store.close()

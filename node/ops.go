@@ -9,8 +9,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/nodeapi"
@@ -408,18 +409,17 @@ func childObject(o nodeapi.Object) nodeapi.Object {
 func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, lin lineage, life nodeapi.Lifecycle) ([]record, error) {
 	handles := make([]vmm.Handle, count)
 	errs := make([]error, count)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4)
-	for i := 0; i < count; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
+	// Every clone runs to its end, even after another failed: what one
+	// made is destroyed below, so no error cancels the rest.
+	var g errgroup.Group
+	g.SetLimit(4)
+	for i := range count {
+		g.Go(func() error {
 			handles[i], errs[i] = n.driver.Clone(ctx, dir, vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken()})
-		}(i)
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	if err := errors.Join(errs...); err != nil {
 		for i, h := range handles {
 			if errs[i] == nil {
