@@ -81,7 +81,9 @@
 // (spec an opaque JSON object, managed_fields an opaque JSON array). The
 // JSON of labels, annotations and spec together is bounded by
 // MaxObjectBytes (16 KiB), managed_fields by MaxManagedFieldsBytes
-// (32 KiB); a node answers 413 beyond. A fork child inherits its parent's
+// (32 KiB); a node answers 413 beyond. A claim's metadata is bounded by
+// MaxMetadataKeys (1,000) and MaxMetadataBytes (64 KiB of keys and values,
+// MetadataBytes); a node answers 413 beyond, 400 for an empty key. A fork child inherits its parent's
 // labels, annotations and spec and is named "<ns>/<parent>-fork-<n>" (the
 // first n from 1 that no sandbox of the node holds). version counts a
 // record's changes (pause, resume, renew, labels) and starts at 1; a
