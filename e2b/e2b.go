@@ -355,7 +355,7 @@ type gateway struct {
 	leaseMu            sync.Mutex
 	leaseDef, leaseMax int64
 	leaseAt            time.Time
-	keys  []configuredKey
+	keys               []configuredKey
 	// namespaces are the keys' namespaces (and Config.Namespace): the
 	// data plane reaches sandboxes there.
 	namespaces map[string]bool
