@@ -107,12 +107,12 @@ func NewStore(history int) *Store {
 	}
 	now := uint64(time.Now().UnixMilli())
 	return &Store{
-		base:    now,
-		nodes:   map[string]*nodeState{},
-		names:   newRecIndex(false),
-		ids:     newRecIndex(true),
-		keyIdx:  map[pool.Key]uint16{},
-		tag:     rand.Uint64N(1 << revTagBits),
+		base:   now,
+		nodes:  map[string]*nodeState{},
+		names:  newRecIndex(false),
+		ids:    newRecIndex(true),
+		keyIdx: map[pool.Key]uint16{},
+		tag:    rand.Uint64N(1 << revTagBits),
 		// The sequence starts at the clock so that a restarted process
 		// hands out revisions above its predecessor's.
 		seq:    now,
