@@ -1,17 +1,12 @@
 package qemu
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
@@ -169,71 +164,20 @@ func allocatedBytes(dir string) (int64, error) {
 	return n, nil
 }
 
-// copySparse copies src to dst, leaving src's holes and all-zero 64 KiB
-// blocks as holes. Only src's data extents are read (SEEK_DATA /
-// SEEK_HOLE; a file system without them reads as all data), so the
-// gigabytes of a guest's RAM file it never touched cost nothing to copy.
-// It writes at most limit bytes (negative: no bound); past that it fails
-// with vmm.ErrSnapshotTooLarge (the caller removes dst). It returns src's
-// length.
+// copySparse copies the RAM file src to dst with vmm.CopySparse: only its
+// data extents are read and blocks of zeros stay holes, so the gigabytes
+// of a guest's RAM it never touched cost nothing to copy. It writes at
+// most limit bytes (negative: no bound); past that it fails with
+// vmm.ErrSnapshotTooLarge. It returns the RAM file's length.
 func copySparse(src, dst string, limit int64) (int64, error) {
-	in, err := os.Open(src)
+	if _, err := vmm.CopySparse(context.Background(), src, dst, limit, false); err != nil {
+		return 0, err
+	}
+	st, err := os.Stat(dst)
 	if err != nil {
 		return 0, err
 	}
-	defer in.Close()
-	fi, err := in.Stat()
-	if err != nil {
-		return 0, err
-	}
-	size := fi.Size()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return 0, err
-	}
-	fail := func(err error) (int64, error) {
-		out.Close()
-		return 0, err
-	}
-	buf := make([]byte, 64<<10)
-	zero := make([]byte, len(buf))
-	fd := int(in.Fd())
-	var written int64
-	for off := int64(0); off < size; {
-		start, end := off, size
-		if data, err := unix.Seek(fd, off, unix.SEEK_DATA); errors.Is(err, unix.ENXIO) {
-			break // a hole to the end
-		} else if err == nil {
-			start = data
-			if hole, err := unix.Seek(fd, data, unix.SEEK_HOLE); err == nil {
-				end = min(hole, size)
-			}
-		}
-		for p := start; p < end; {
-			n, rerr := in.ReadAt(buf[:min(int64(len(buf)), end-p)], p)
-			if n > 0 && !bytes.Equal(buf[:n], zero[:n]) {
-				if written += int64(n); limit >= 0 && written > limit {
-					return fail(fmt.Errorf("%w: the RAM file's copy passed %d bytes", vmm.ErrSnapshotTooLarge, limit))
-				}
-				if _, err := out.WriteAt(buf[:n], p); err != nil {
-					return fail(err)
-				}
-			}
-			p += int64(n)
-			if rerr == io.EOF {
-				end = p // src shrank: copy what there is
-				break
-			}
-			if rerr != nil {
-				return fail(rerr)
-			}
-		}
-		off = end
-	}
-	if err := out.Truncate(size); err != nil {
-		return fail(err)
-	}
-	return size, out.Close()
+	return st.Size(), nil
 }
 
 func readManifest(dir string) (manifest, error) {

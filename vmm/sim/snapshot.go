@@ -28,7 +28,7 @@ func (d *Driver) Clone(ctx context.Context, ckDir string, spec vmm.Spec) (vmm.Ha
 		r.Template, r.Net, r.Size = m.Template, m.Net, m.Size
 	}
 	return d.create(ctx, spec, r, func(dir string) error {
-		if _, err := copyDisk(ctx, filepath.Join(ckDir, diskImage), filepath.Join(dir, diskImage), -1, false); err != nil {
+		if _, err := vmm.CopySparse(ctx, filepath.Join(ckDir, diskImage), filepath.Join(dir, diskImage), -1, false); err != nil {
 			return fmt.Errorf("%w: copying %s: %v", vmm.ErrSnapshotInvalid, ckDir, err)
 		}
 		return nil
@@ -111,7 +111,7 @@ func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, ckDir string) error
 	if err != nil || !st.Mode().IsRegular() {
 		return fmt.Errorf("%w: %s has no disk image (made by an earlier sim)", vmm.ErrNotRunning, h.ID)
 	}
-	bytes, err := copyDisk(ctx, img, filepath.Join(tmp, diskImage), vmm.SnapshotLimit(ctx), true)
+	bytes, err := vmm.CopySparse(ctx, img, filepath.Join(tmp, diskImage), vmm.SnapshotLimit(ctx), true)
 	if err != nil {
 		return fmt.Errorf("sim: snapshot of %s: %w", h.ID, err)
 	}
