@@ -120,7 +120,7 @@ func TestWaitAgent_ReturnsOnHealthyGivesUpAtDeadline(t *testing.T) {
 		t.Fatalf("requests %+v", *got)
 	}
 	addr, _ = agentStub(t, http.StatusServiceUnavailable)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := WaitAgent(ctx, addr, nil); err == nil || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("an agent answering 503: WaitAgent = %v", err)

@@ -101,8 +101,13 @@ var pollBackoff = wait.Backoff{Duration: 2 * time.Millisecond, Factor: 2, Steps:
 func Poll(ctx context.Context, f func() error) error {
 	var last error
 	err := pollBackoff.DelayFunc().Until(ctx, true, true, func(context.Context) (bool, error) {
-		last = f()
-		return last == nil, nil
+		e := f()
+		// A try that ctx's end cut short does not replace what an earlier
+		// try learned (an agent's 503 says more than "deadline exceeded").
+		if e == nil || last == nil || ctx.Err() == nil {
+			last = e
+		}
+		return e == nil, nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w (last: %v)", err, last)
@@ -127,7 +132,13 @@ func PollAlive(ctx context.Context, exited <-chan struct{}, f func(context.Conte
 		}()
 	}
 	var last error
-	err := Poll(pctx, func() error { last = f(pctx); return last })
+	err := Poll(pctx, func() error {
+		e := f(pctx)
+		if e == nil || last == nil || pctx.Err() == nil {
+			last = e
+		}
+		return e
+	})
 	if err != nil && errors.Is(context.Cause(pctx), vmm.ErrVMMExited) {
 		return fmt.Errorf("%w (last: %v)", vmm.ErrVMMExited, last)
 	}
