@@ -1,0 +1,216 @@
+package egress
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// testNet is two network namespaces joined by a veth pair: "sbx", where
+// the rendered filter is loaded and probes are sent (a sim sandbox's side),
+// and "world", which owns every probe address and listens on every probe
+// port, so an allowed TCP connect completes and a denied one is reset by
+// the filter. Nothing leaves the machine: the addresses exist only there.
+type testNet struct {
+	sbx, world string
+}
+
+var probeAddrs = []string{"203.0.113.7", "203.0.113.8", "198.18.1.1", "198.18.5.1", "198.51.100.9", "10.1.2.3", "169.254.169.254",
+	"2001:db8::5", "2001:db8:1::9", "fd00::1"}
+
+var probePorts = []int32{80, 443, 1500}
+
+func run(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out)
+	}
+}
+
+func startTestNet(t *testing.T) *testNet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, nftables)")
+	}
+	for _, bin := range []string{"ip", "nft"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("needs %s", bin)
+		}
+	}
+	n := &testNet{sbx: fmt.Sprintf("hearth-egress-%d-sbx", os.Getpid()), world: fmt.Sprintf("hearth-egress-%d-world", os.Getpid())}
+	run(t, "ip", "netns", "add", n.sbx)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", n.sbx).Run() })
+	run(t, "ip", "netns", "add", n.world)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", n.world).Run() })
+	in := func(ns string, args ...string) { run(t, append([]string{"ip", "netns", "exec", ns}, args...)...) }
+	in(n.sbx, "ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1", "netns", n.world)
+	in(n.sbx, "ip", "link", "set", "lo", "up")
+	in(n.sbx, "ip", "link", "set", "v0", "up")
+	in(n.sbx, "ip", "addr", "add", "192.0.2.1/24", "dev", "v0")
+	in(n.sbx, "ip", "-6", "addr", "add", "2001:db8:ffff::1/64", "dev", "v0", "nodad")
+	in(n.sbx, "ip", "route", "add", "default", "via", "192.0.2.2")
+	in(n.sbx, "ip", "-6", "route", "add", "default", "via", "2001:db8:ffff::2")
+	in(n.world, "ip", "link", "set", "lo", "up")
+	in(n.world, "ip", "link", "set", "v1", "up")
+	in(n.world, "ip", "addr", "add", "192.0.2.2/24", "dev", "v1")
+	in(n.world, "ip", "-6", "addr", "add", "2001:db8:ffff::2/64", "dev", "v1", "nodad")
+	for _, a := range probeAddrs {
+		if strings.Contains(a, ":") {
+			in(n.world, "ip", "-6", "addr", "add", a+"/128", "dev", "lo", "nodad")
+		} else {
+			in(n.world, "ip", "addr", "add", a+"/32", "dev", "lo")
+		}
+	}
+	for _, port := range probePorts {
+		ln := inNetns(t, n.world, func() (net.Listener, error) { return net.Listen("tcp", fmt.Sprintf("[::]:%d", port)) })
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+	}
+	return n
+}
+
+// inNetns runs f on a thread in network namespace ns (sockets it opens stay
+// there); the thread is discarded afterwards.
+func inNetns[T any](t *testing.T, ns string, f func() (T, error)) T {
+	t.Helper()
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Setns(fd, unix.CLONE_NEWNET)
+			unix.Close(fd)
+		}
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		v, err := f()
+		ch <- result{v, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("in %s: %v", ns, r.err)
+	}
+	return r.v
+}
+
+// probe asks the kernel what the sandbox side's filter does to one packet.
+func (n *testNet) probe(t *testing.T, proto, dst string, port int32) Action {
+	t.Helper()
+	addr := net.JoinHostPort(dst, fmt.Sprint(port))
+	return inNetns(t, n.sbx, func() (Action, error) {
+		switch proto {
+		case UDP:
+			c, err := net.Dial("udp", addr)
+			if err != nil {
+				return "", err
+			}
+			defer c.Close()
+			if _, err := c.Write([]byte("x")); errors.Is(err, syscall.EPERM) {
+				return Deny, nil
+			} else if err != nil {
+				return "", err
+			}
+			return Allow, nil
+		default:
+			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				return Deny, nil
+			} else if err != nil {
+				return "", err
+			}
+			c.Close()
+			return Allow, nil
+		}
+	})
+}
+
+// TestRender_KernelAgreesWithDecide loads each rendered policy into a real
+// network namespace and checks that the kernel's verdict on every probe
+// (address × protocol × port, domain sets filled as the node's resolver
+// fills them) is the one Decide gives.
+func TestRender_KernelAgreesWithDecide(t *testing.T) {
+	n := startTestNet(t)
+	e2b, errs := FromE2B(E2B{DenyOut: []string{AllTraffic}, AllowOut: []string{"203.0.113.7", "allowed.test", "*.wild.test"}})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	// resolved is what the resolver answered: the domain sets' elements.
+	resolved := map[string][]string{"198.18.1.1": {"allowed.test"}, "2001:db8:1::9": {"a.wild.test"}, "198.51.100.9": {"denied.test"}}
+	for _, tc := range []struct {
+		name string
+		p    *Policy
+	}{
+		{"none", nil},
+		{"agent-sandbox default", Default()},
+		{"e2b allow-list with domains", e2b},
+		{"e2b specific deny", &Policy{Otherwise: Allow, Rules: []Rule{{Action: Deny, CIDR: "203.0.113.0/24"}, {Action: Deny, CIDR: "fd00::/8"}}}},
+		{"ordered with ports and except", &Policy{Otherwise: Deny, Rules: []Rule{
+			{Action: Allow, CIDR: "203.0.113.7"},
+			{Action: Deny, CIDR: "203.0.113.0/24"},
+			{Action: Allow, CIDR: "198.18.0.0/15", Except: []string{"198.18.5.0/24"}, Ports: []Port{{Protocol: UDP, Port: 1000, EndPort: 2000}, {Port: 443}}},
+			{Action: Allow, Domain: "*.wild.test", Ports: []Port{{Port: 80}}},
+			{Action: Allow, CIDR: "2001:db8::/48", Ports: []Port{{Protocol: TCP}}},
+		}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			script := Render(tc.p, RenderOptions{Hook: "output"})
+			cmd := exec.Command("ip", "netns", "exec", n.sbx, "nft", "-f", "-")
+			cmd.Stdin = strings.NewReader(script)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("nft refused the rendering: %v\n%s\n%s", err, out, script)
+			}
+			if tc.p != nil {
+				for i, r := range tc.p.Rules {
+					if r.Domain == "" {
+						continue
+					}
+					for dst, names := range resolved {
+						for _, name := range names {
+							if MatchesName(r.Domain, name) {
+								fam := "v4"
+								if strings.Contains(dst, ":") {
+									fam = "v6"
+								}
+								run(t, "ip", "netns", "exec", n.sbx, "nft", "add", "element", "inet", Table, DomainSet(i, fam), "{ "+dst+" timeout 1h }")
+							}
+						}
+					}
+				}
+			}
+			for _, dst := range probeAddrs {
+				for _, proto := range []string{TCP, UDP} {
+					for _, port := range probePorts {
+						want := tc.p.Decide(netip.MustParseAddr(dst), proto, port, resolved[dst])
+						if got := n.probe(t, proto, dst, port); got != want {
+							t.Errorf("%s %s/%d: kernel %s, Decide %s", dst, proto, port, got, want)
+						}
+					}
+				}
+			}
+		})
+	}
+}
