@@ -22,7 +22,7 @@ func TestDeps_APIServerImportsNoComponentOrWiring(t *testing.T) {
 		deps[p] = true
 	}
 	const mod = "github.com/hearthvm/hearth/"
-	for _, p := range []string{"e2b", "webhook", "pool/driver", "server", "devserver"} {
+	for _, p := range []string{"e2b", "webhook", "pool/controller", "server", "devserver"} {
 		if deps[mod+p] {
 			t.Errorf("apiserver depends on %s%s", mod, p)
 		}

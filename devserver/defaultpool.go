@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/hearthvm/hearth/pool/driver"
+	"github.com/hearthvm/hearth/pool/controller"
 )
 
 // DefaultPoolManager is the server-side-apply field manager of the default pool.
@@ -59,9 +59,9 @@ func applyDefaultPool(ctx context.Context, dyn dynamic.Interface) error {
 		if js, err = json.Marshal(u.Object); err != nil {
 			return err
 		}
-		gvr := driver.WarmPools
+		gvr := controller.WarmPools
 		if u.GetKind() == "SandboxTemplate" {
-			gvr = driver.Templates
+			gvr = controller.Templates
 		}
 		_, err = dyn.Resource(gvr).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, js,
 			metav1.PatchOptions{FieldManager: DefaultPoolManager})

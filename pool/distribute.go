@@ -5,10 +5,10 @@ import (
 	"sort"
 )
 
-// This file is the pure core of the warm-pool driver (docs/API.md#warm-capacity): from the
+// This file is the pure core of the warm-pool controller (docs/API.md#warm-capacity): from the
 // SandboxWarmPools, what their templates resolve to and the schedulable
 // nodes, it decides every node's whole set of warm targets and what each
-// pool's status should say. No I/O, no clock; the loop in pool/driver does
+// pool's status should say. No I/O, no clock; the loop in pool/controller does
 // the reads and the PUTs.
 
 // Distribute spreads replicas over nodes: the nodes are taken in name order,
@@ -48,7 +48,7 @@ type Ref struct {
 
 func (r Ref) String() string { return r.Namespace + "/" + r.Name }
 
-// WarmPool is what the driver reads from one SandboxWarmPool.
+// WarmPool is what the controller reads from one SandboxWarmPool.
 type WarmPool struct {
 	Ref Ref
 	// Replicas is spec.replicas (nil already defaulted to 1 by the caller).
@@ -77,7 +77,7 @@ type Target struct {
 	Warm int32
 }
 
-// Plan is the driver's decision for one tick.
+// Plan is the controller's decision for one tick.
 type Plan struct {
 	// Keys holds the key each provisioning pool resolved to (or kept from
 	// the last tick after a transient error). A pool absent here provisions

@@ -11,7 +11,7 @@ import (
 
 	"github.com/hearthvm/hearth/apiserver"
 	"github.com/hearthvm/hearth/e2b"
-	"github.com/hearthvm/hearth/pool/driver"
+	"github.com/hearthvm/hearth/pool/controller"
 )
 
 // An Informer keeps a view current. Run runs it until ctx ends;
@@ -22,7 +22,7 @@ type Informer interface {
 	WaitForSync(ctx context.Context) error
 }
 
-// A Controller runs beside the API server for its lifetime. *driver.Driver
+// A Controller runs beside the API server for its lifetime. *controller.Controller
 // is one.
 type Controller interface {
 	Run(ctx context.Context) error
@@ -45,7 +45,7 @@ type Config struct {
 	E2B            *e2b.Config
 	E2BBindAddress string
 	// WarmPool, when set, is the warm-pool driver (leader-elected).
-	WarmPool *driver.Config
+	WarmPool *controller.Config
 	// Controllers are further controllers run like the warm-pool driver,
 	// by name. Options.Config puts the SandboxClaim controller (package
 	// sandboxclaim) here beside the driver: it claims through the API
@@ -59,7 +59,7 @@ type completedConfig struct {
 	synced      *atomic.Bool
 	e2b         *e2b.Config
 	e2bAddr     string
-	warmPool    *driver.Config
+	warmPool    *controller.Config
 	controllers map[string]Controller
 }
 
@@ -105,7 +105,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		}})
 	}
 	if c.warmPool != nil {
-		if s.warmPool, err = driver.New(*c.warmPool); err != nil {
+		if s.warmPool, err = controller.New(*c.warmPool); err != nil {
 			return nil, err
 		}
 		comps = append(comps, component{"start-warm-pool-driver", s.warmPool.Run})

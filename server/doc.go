@@ -2,7 +2,7 @@
 // server (package apiserver) and the components that run beside it over
 // one fleet and one fleet view — the e2b gateway (package e2b), the
 // Pod-path admission webhook (package webhook), the warm-pool driver
-// (package pool/driver) and the SandboxClaim controller (package
+// (package pool/controller) and the SandboxClaim controller (package
 // sandboxclaim, in Config.Controllers; it runs when the driver does).
 //
 // The shape is sample-apiserver's: Options (flags: AddFlags, Complete,

@@ -28,7 +28,7 @@ import (
 	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/inventory"
-	"github.com/hearthvm/hearth/pool/driver"
+	"github.com/hearthvm/hearth/pool/controller"
 	"github.com/hearthvm/hearth/sandboxclaim"
 	"github.com/hearthvm/hearth/webhook"
 )
@@ -81,7 +81,7 @@ type Options struct {
 	E2B       *e2b.Options
 	// WarmPool runs the warm-pool driver (SandboxWarmPool → node targets),
 	// leader-elected; it reads the cluster --kubeconfig names.
-	WarmPool *driver.Options
+	WarmPool *controller.Options
 
 	// View and Fleet, when set by an embedder, replace the NodeInventory
 	// informer and the node fleet built from it. A View set here is taken
@@ -104,7 +104,7 @@ func NewOptions() *Options {
 		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
 		WatchInterval:  apiserver.DefaultWatchInterval,
 		E2B:            e2b.NewOptions(),
-		WarmPool:       driver.NewOptions(),
+		WarmPool:       controller.NewOptions(),
 	}
 	o.SecureServing.BindPort = 6443
 	o.SecureServing.ServerCert.CertDirectory = ""

@@ -13,7 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/hearthvm/hearth/apiserver"
-	"github.com/hearthvm/hearth/pool/driver"
+	"github.com/hearthvm/hearth/pool/controller"
 )
 
 // Server is the aggregated API server with the components composed around
@@ -24,7 +24,7 @@ type Server struct {
 	// pre-shutdown hook: after the components, before the API server).
 	API *apiserver.Server
 
-	warmPool *driver.Driver
+	warmPool *controller.Controller
 	e2bLn    net.Listener
 
 	mu      sync.Mutex
@@ -34,8 +34,8 @@ type Server struct {
 	wg      sync.WaitGroup
 }
 
-// WarmPool is the warm-pool driver, nil when disabled.
-func (s *Server) WarmPool() *driver.Driver { return s.warmPool }
+// WarmPool is the warm-pool controller, nil when disabled.
+func (s *Server) WarmPool() *controller.Controller { return s.warmPool }
 
 // E2BAddr is the e2b gateway's bound address, nil when disabled.
 func (s *Server) E2BAddr() net.Addr {

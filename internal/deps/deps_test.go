@@ -38,7 +38,7 @@ func TestClientsDoNotLinkTheNodeDaemon(t *testing.T) {
 		module + "/nodeapi",
 		module + "/fleet",
 		module + "/e2b",
-		module + "/pool/driver",
+		module + "/pool/controller",
 		module + "/apiserver",
 		module + "/apiserver/registry",
 		module + "/apiserver/registry/sandbox",
@@ -51,7 +51,7 @@ func TestClientsDoNotLinkTheNodeDaemon(t *testing.T) {
 // Outside the Kubernetes server (where k8s.io/apiserver brings its own
 // metrics), a node API client links no prometheus either.
 func TestPlainClientsLinkNoPrometheus(t *testing.T) {
-	clients := []string{module + "/nodeapi", module + "/fleet", module + "/e2b", module + "/pool/driver"}
+	clients := []string{module + "/nodeapi", module + "/fleet", module + "/e2b", module + "/pool/controller"}
 	if hits := forbidden(t, clients, "github.com/prometheus/"); len(hits) > 0 {
 		t.Fatalf("%v link %v", clients, hits)
 	}

@@ -1,13 +1,15 @@
-// Package driver is the warm-pool driver (docs/API.md#warm-capacity): it turns
-// SandboxWarmPool objects and the SandboxTemplates they name into each
-// node's warm targets (PUT /v1/pools, the whole set) and writes the warm
+// Package controller is the warm-pool controller (docs/API.md#warm-capacity):
+// it turns SandboxWarmPool objects and the SandboxTemplates they name into
+// each node's warm targets (PUT /v1/pools, the whole set) and writes the warm
 // microVMs the fleet actually holds back into each pool's status. It never
-// creates per-sandbox objects.
+// creates per-sandbox objects. (It is not a vmm.Driver; its flags, Lease
+// and field manager keep the historical names "warm-pool driver",
+// "hearth-warmpool-driver".)
 //
 // Decisions are the pure pool.MakePlan; this package only reads (LISTs
 // through the API), PUTs and writes status. The same code runs in the
-// embedded default and behind a kube-apiserver. Only one driver drives at a
-// time: a coordination.k8s.io/v1 Lease elects the leader (the embedded
+// embedded default and behind a kube-apiserver. Only one controller acts at
+// a time: a coordination.k8s.io/v1 Lease elects the leader (the embedded
 // default serves leases too).
 //
 // Failure semantics:
@@ -16,12 +18,12 @@
 //     targets of the last tick;
 //   - a template that does not exist (or derives no valid key) drains its
 //     key (unless another pool provisions it) and its pool reports 0;
-//   - each PUT has a 10 s deadline and runs concurrently: one slow or
-//     failing node does not stall the others; its counts come from its
-//     inventory instead;
+//   - each PUT has a 10 s deadline and runs concurrently (at most
+//     PutConcurrency at a time): one slow or failing node does not stall
+//     the others; its counts come from its inventory instead;
 //   - without the fleet secret no PUT is sent (fail closed); status is still
 //     written.
-package driver
+package controller
 
 import (
 	"context"
@@ -32,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -51,7 +54,7 @@ import (
 	"github.com/hearthvm/hearth/pool"
 )
 
-// Resources the driver reads and writes.
+// Resources the controller reads and writes.
 var (
 	WarmPools = extv1beta1.GroupVersion.WithResource("sandboxwarmpools")
 	Templates = extv1beta1.GroupVersion.WithResource("sandboxtemplates")
@@ -63,7 +66,11 @@ const SelectorLabel = "agents.x-k8s.io/warm-pool"
 // PutTimeout bounds each PUT /v1/pools.
 const PutTimeout = 10 * time.Second
 
-// Config configures a Driver.
+// PutConcurrency bounds the PUTs of one tick in flight at once (the
+// fleet's live lookups use the same bound).
+const PutConcurrency = 16
+
+// Config configures a Controller.
 type Config struct {
 	// REST reaches the API that stores the pools, templates, inventories
 	// and the Lease.
@@ -86,8 +93,8 @@ type Config struct {
 	HTTP *http.Client
 }
 
-// Driver runs the warm-pool loop.
-type Driver struct {
+// Controller runs the warm-pool loop.
+type Controller struct {
 	cfg  Config
 	dyn  dynamic.Interface
 	kick chan struct{}
@@ -104,10 +111,10 @@ type sentTargets struct {
 	at      time.Time
 }
 
-// New validates cfg and builds a Driver.
-func New(cfg Config) (*Driver, error) {
+// New validates cfg and builds a Controller.
+func New(cfg Config) (*Controller, error) {
 	if cfg.REST == nil {
-		return nil, fmt.Errorf("driver: REST config is required")
+		return nil, fmt.Errorf("warm-pool controller: REST config is required")
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
@@ -119,35 +126,35 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{cfg: cfg, dyn: dyn, kick: make(chan struct{}, 1),
+	return &Controller{cfg: cfg, dyn: dyn, kick: make(chan struct{}, 1),
 		last: map[pool.Ref]pool.Key{}, sent: map[string]sentTargets{}}, nil
 }
 
-// Run drives until ctx ends, electing a leader first when cfg.Elect.
-func (d *Driver) Run(ctx context.Context) error {
-	if !d.cfg.Elect {
-		return d.loop(ctx)
+// Run acts until ctx ends, electing a leader first when cfg.Elect.
+func (c *Controller) Run(ctx context.Context) error {
+	if !c.cfg.Elect {
+		return c.loop(ctx)
 	}
-	return elect.Run(ctx, d.cfg.REST, elect.Lease{Namespace: d.cfg.LeaseNamespace, Name: d.cfg.LeaseName,
-		Identity: d.cfg.Identity, What: "warm-pool driver"}, d.loop)
+	return elect.Run(ctx, c.cfg.REST, elect.Lease{Namespace: c.cfg.LeaseNamespace, Name: c.cfg.LeaseName,
+		Identity: c.cfg.Identity, What: "warm-pool controller"}, c.loop)
 }
 
 // Kick asks for a tick as soon as possible.
-func (d *Driver) Kick() {
+func (c *Controller) Kick() {
 	select {
-	case d.kick <- struct{}{}:
+	case c.kick <- struct{}{}:
 	default:
 	}
 }
 
-func (d *Driver) loop(ctx context.Context) error {
+func (c *Controller) loop(ctx context.Context) error {
 	// Watches only trigger ticks; every tick LISTs (a tick must see a
 	// template read error, not a stale cache).
-	f := dynamicinformer.NewDynamicSharedInformerFactory(d.dyn, 0)
+	f := dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, 0)
 	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { d.Kick() },
-		UpdateFunc: func(o, n any) { d.kickOnChange(o, n) },
-		DeleteFunc: func(any) { d.Kick() },
+		AddFunc:    func(any) { c.Kick() },
+		UpdateFunc: func(o, n any) { c.kickOnChange(o, n) },
+		DeleteFunc: func(any) { c.Kick() },
 	}
 	for _, gvr := range []schema.GroupVersionResource{WarmPools, Templates, inventory.GroupVersionResource} {
 		if _, err := f.ForResource(gvr).Informer().AddEventHandler(h); err != nil {
@@ -157,18 +164,18 @@ func (d *Driver) loop(ctx context.Context) error {
 	f.Start(ctx.Done())
 	defer f.Shutdown()
 
-	t := time.NewTicker(d.cfg.Interval)
+	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	const minGap = 200 * time.Millisecond // coalesce bursts of events
 	for {
-		if _, err := d.Tick(ctx); err != nil && ctx.Err() == nil {
+		if _, err := c.Tick(ctx); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "warm-pool tick")
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-		case <-d.kick:
+		case <-c.kick:
 			select {
 			case <-ctx.Done():
 				return nil
@@ -178,9 +185,9 @@ func (d *Driver) loop(ctx context.Context) error {
 	}
 }
 
-// kickOnChange ignores the driver's own status writes (generation unchanged
+// kickOnChange ignores the controller's own status writes (generation unchanged
 // on a pool) but reacts to every other change.
-func (d *Driver) kickOnChange(o, n any) {
+func (c *Controller) kickOnChange(o, n any) {
 	ou, ok1 := o.(*unstructured.Unstructured)
 	nu, ok2 := n.(*unstructured.Unstructured)
 	if ok1 && ok2 && nu.GetKind() == "SandboxWarmPool" && ou.GetGeneration() == nu.GetGeneration() {
@@ -189,7 +196,7 @@ func (d *Driver) kickOnChange(o, n any) {
 	if ok1 && ok2 && ou.GetResourceVersion() == nu.GetResourceVersion() {
 		return // resync
 	}
-	d.Kick()
+	c.Kick()
 }
 
 // Tick is what one pass decided and observed (for tests and logs).
@@ -209,19 +216,19 @@ type schedNode struct {
 }
 
 // Tick runs one pass: read, plan, PUT, status.
-func (d *Driver) Tick(ctx context.Context) (Tick, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (c *Controller) Tick(ctx context.Context) (Tick, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 
-	pools, err := d.listPools(ctx)
+	pools, err := c.listPools(ctx)
 	if err != nil {
 		return Tick{}, fmt.Errorf("list sandboxwarmpools: %w", err)
 	}
-	nodes, err := d.listNodes(ctx)
+	nodes, err := c.listNodes(ctx)
 	if err != nil {
 		return Tick{}, fmt.Errorf("list nodeinventories: %w", err)
 	}
-	templates := d.readTemplates(ctx, pools)
+	templates := c.readTemplates(ctx, pools)
 
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
@@ -231,23 +238,23 @@ func (d *Driver) Tick(ctx context.Context) (Tick, error) {
 	for _, p := range pools {
 		wps = append(wps, p.wp)
 	}
-	plan := pool.MakePlan(wps, templates, d.last, names)
+	plan := pool.MakePlan(wps, templates, c.last, names)
 	for ref, perr := range plan.Problems {
 		klog.V(2).InfoS("warm pool not fully resolved", "pool", ref, "err", perr)
 	}
-	d.last = plan.Keys
+	c.last = plan.Keys
 
-	putErrs := d.apply(ctx, nodes, plan)
+	putErrs := c.apply(ctx, nodes, plan)
 	warm := map[string]map[pool.Key]int32{}
 	for _, n := range nodes {
 		warm[n.name] = n.warm
 	}
 	observed := pool.Observed(wps, plan.Keys, warm)
 	for _, p := range pools {
-		d.writeStatus(ctx, p, observed[p.wp.Ref])
+		c.writeStatus(ctx, p, observed[p.wp.Ref])
 	}
-	d.lastTick = Tick{Plan: plan, Nodes: names, Observed: observed, PutErrors: putErrs}
-	return d.lastTick, nil
+	c.lastTick = Tick{Plan: plan, Nodes: names, Observed: observed, PutErrors: putErrs}
+	return c.lastTick, nil
 }
 
 type listedPool struct {
@@ -255,8 +262,8 @@ type listedPool struct {
 	status extv1beta1.SandboxWarmPoolStatus
 }
 
-func (d *Driver) listPools(ctx context.Context) ([]listedPool, error) {
-	l, err := d.dyn.Resource(WarmPools).List(ctx, metav1.ListOptions{})
+func (c *Controller) listPools(ctx context.Context) ([]listedPool, error) {
+	l, err := c.dyn.Resource(WarmPools).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -280,9 +287,9 @@ func (d *Driver) listPools(ctx context.Context) ([]listedPool, error) {
 	return out, nil
 }
 
-func (d *Driver) readTemplates(ctx context.Context, pools []listedPool) map[pool.Ref]pool.TemplateRead {
+func (c *Controller) readTemplates(ctx context.Context, pools []listedPool) map[pool.Ref]pool.TemplateRead {
 	out := map[pool.Ref]pool.TemplateRead{}
-	l, err := d.dyn.Resource(Templates).List(ctx, metav1.ListOptions{})
+	l, err := c.dyn.Resource(Templates).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		// Transient: every pool keeps its last key.
 		for _, p := range pools {
@@ -303,8 +310,8 @@ func (d *Driver) readTemplates(ctx context.Context, pools []listedPool) map[pool
 	return out
 }
 
-func (d *Driver) listNodes(ctx context.Context) ([]schedNode, error) {
-	l, err := d.dyn.Resource(inventory.GroupVersionResource).List(ctx, metav1.ListOptions{})
+func (c *Controller) listNodes(ctx context.Context) ([]schedNode, error) {
+	l, err := c.dyn.Resource(inventory.GroupVersionResource).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -329,74 +336,75 @@ func (d *Driver) listNodes(ctx context.Context) ([]schedNode, error) {
 }
 
 // apply PUTs each node's targets when they changed or the last PUT is
-// older than the interval, concurrently, each under PutTimeout. A node
-// answering replaces its warm counts with the answer.
-func (d *Driver) apply(ctx context.Context, nodes []schedNode, plan pool.Plan) map[string]error {
+// older than the interval, concurrently (at most PutConcurrency at a
+// time), each under PutTimeout. A node answering replaces its warm counts
+// with the answer.
+func (c *Controller) apply(ctx context.Context, nodes []schedNode, plan pool.Plan) map[string]error {
 	errs := map[string]error{}
-	if d.cfg.Secret == "" {
+	if c.cfg.Secret == "" {
 		klog.V(1).InfoS("no fleet secret: warm targets not sent (fail closed)")
 		return errs
 	}
 	var mu sync.Mutex
-	var wg sync.WaitGroup
 	now := time.Now()
 	var due []*schedNode
 	for i := range nodes {
 		n := &nodes[i]
-		prev, ok := d.sent[n.name]
+		prev, ok := c.sent[n.name]
 		if ok && prev.addr != n.addr {
 			klog.InfoS("Node address changed; it gets only its own token at the new address", "node", n.name, "old", prev.addr, "new", n.addr)
 		}
-		if ok && prev.addr == n.addr && reflect.DeepEqual(prev.targets, plan.Targets[n.name]) && now.Sub(prev.at) < d.cfg.Interval-d.cfg.Interval/4 {
+		if ok && prev.addr == n.addr && reflect.DeepEqual(prev.targets, plan.Targets[n.name]) && now.Sub(prev.at) < c.cfg.Interval-c.cfg.Interval/4 {
 			continue
 		}
 		due = append(due, n)
 	}
+	var g errgroup.Group // errors stay per node in errs; g never fails
+	g.SetLimit(PutConcurrency)
 	for _, n := range due {
 		targets := plan.Targets[n.name]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			specs := make([]nodeapi.PoolSpec, 0, len(targets))
 			for _, t := range targets {
 				specs = append(specs, nodeapi.PoolSpec{Template: t.Key.Template, Net: t.Key.Net, Size: t.Key.Size, Warm: t.Warm})
 			}
 			cctx, cancel := context.WithTimeout(ctx, PutTimeout)
 			defer cancel()
-			c := &nodeapi.Client{Addr: n.addr, Token: nodeapi.NodeToken(d.cfg.Secret, n.name), HTTP: d.cfg.HTTP}
-			info, err := c.PutPools(cctx, specs)
+			nc := &nodeapi.Client{Addr: n.addr, Token: nodeapi.NodeToken(c.cfg.Secret, n.name), HTTP: c.cfg.HTTP}
+			info, err := nc.PutPools(cctx, specs)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				errs[n.name] = err
-				delete(d.sent, n.name)
+				delete(c.sent, n.name)
 				klog.ErrorS(err, "PUT /v1/pools", "node", n.name, "addr", n.addr)
-				return
+				return nil
 			}
-			d.sent[n.name] = sentTargets{addr: n.addr, targets: targets, at: now}
+			c.sent[n.name] = sentTargets{addr: n.addr, targets: targets, at: now}
 			w := map[pool.Key]int32{}
 			for _, p := range info.Pools {
 				w[pool.Key{Template: p.Template, Net: p.Net, Size: p.Size}] += p.Warm
 			}
 			n.warm = w
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	for name := range d.sent {
+	_ = g.Wait()
+	for name := range c.sent {
 		if _, ok := plan.Targets[name]; !ok {
-			delete(d.sent, name) // node gone
+			delete(c.sent, name) // node gone
 		}
 	}
 	return errs
 }
 
-func (d *Driver) writeStatus(ctx context.Context, p listedPool, total int32) {
+func (c *Controller) writeStatus(ctx context.Context, p listedPool, total int32) {
 	want := extv1beta1.SandboxWarmPoolStatus{Replicas: total, ReadyReplicas: total, Selector: SelectorLabel + "=" + p.wp.Ref.Name}
 	if p.status == want {
 		return
 	}
 	body := fmt.Sprintf(`{"status":{"replicas":%d,"readyReplicas":%d,"selector":%q}}`, want.Replicas, want.ReadyReplicas, want.Selector)
-	_, err := d.dyn.Resource(WarmPools).Namespace(p.wp.Ref.Namespace).Patch(ctx, p.wp.Ref.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: "hearth-warmpool-driver"}, "status")
+	_, err := c.dyn.Resource(WarmPools).Namespace(p.wp.Ref.Namespace).Patch(ctx, p.wp.Ref.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: "hearth-warmpool-driver"}, "status")
 	if err != nil && !apierrors.IsNotFound(err) {
 		klog.ErrorS(err, "write sandboxwarmpool status", "pool", p.wp.Ref)
 	}

@@ -1,4 +1,4 @@
-package driver_test
+package controller_test
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
-	"github.com/hearthvm/hearth/pool/driver"
+	"github.com/hearthvm/hearth/pool/controller"
 )
 
 // secret is the fleet secret; a fakeNode accepts only its own token.
@@ -110,10 +110,10 @@ func apply(t *testing.T, dc dynamic.Interface, y string) {
 	if err := json.Unmarshal(js, &u.Object); err != nil {
 		t.Fatal(err)
 	}
-	gvr := driver.WarmPools
+	gvr := controller.WarmPools
 	switch u.GetKind() {
 	case "SandboxTemplate":
-		gvr = driver.Templates
+		gvr = controller.Templates
 	case "NodeInventory":
 		gvr = inventory.GroupVersionResource
 	}
@@ -169,7 +169,7 @@ var rtKey = pool.Key{Template: "hearth/runtime:1", Net: "none", Size: "small"}
 
 func poolStatus(t *testing.T, dc dynamic.Interface) (int64, int64, string) {
 	t.Helper()
-	u, err := dc.Resource(driver.WarmPools).Namespace("default").Get(context.Background(), "rt", metav1.GetOptions{})
+	u, err := dc.Resource(controller.WarmPools).Namespace("default").Get(context.Background(), "rt", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func (f *failingTemplates) RoundTrip(r *http.Request) (*http.Response, error) {
 	return f.next.RoundTrip(r)
 }
 
-func setup(t *testing.T) (*registrytest.Server, dynamic.Interface, *fakeNode, *fakeNode, *failingTemplates, *driver.Driver) {
+func setup(t *testing.T) (*registrytest.Server, dynamic.Interface, *fakeNode, *fakeNode, *failingTemplates, *controller.Controller) {
 	s := registrytest.Start(t)
 	dc := dynamic.NewForConfigOrDie(s.Config)
 	a, b := newFakeNode(t, "node-a"), newFakeNode(t, "node-b")
@@ -203,7 +203,7 @@ func setup(t *testing.T) (*registrytest.Server, dynamic.Interface, *fakeNode, *f
 	ft := &failingTemplates{}
 	rc := rest.CopyConfig(s.Config)
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { ft.next = rt; return ft }
-	d, err := driver.New(driver.Config{REST: rc, Secret: secret, Interval: time.Hour})
+	d, err := controller.New(controller.Config{REST: rc, Secret: secret, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestTick_SpreadsReplicasAndReportsWhatNodesHold(t *testing.T) {
 	}
 	// Status follows the PUT answers (3 + 2), not the stale inventory (1 + 1).
 	r, rr, sel := poolStatus(t, dc)
-	if r != 5 || rr != 5 || sel != driver.SelectorLabel+"=rt" {
+	if r != 5 || rr != 5 || sel != controller.SelectorLabel+"=rt" {
 		t.Fatalf("status %d/%d %q", r, rr, sel)
 	}
 
@@ -281,7 +281,7 @@ func TestTick_TemplateNotFoundDrainsAndReportsZero(t *testing.T) {
 	if _, err := d.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := dc.Resource(driver.Templates).Namespace("default").Delete(ctx, "rt", metav1.DeleteOptions{}); err != nil {
+	if err := dc.Resource(controller.Templates).Namespace("default").Delete(ctx, "rt", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Tick(ctx); err != nil {
@@ -329,7 +329,7 @@ func TestRun_ElectedLoopReactsToPoolChanges(t *testing.T) {
 	s, dc, a, _, _, _ := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d, err := driver.New(driver.Config{REST: s.Config, Secret: secret, Interval: time.Hour, Elect: true, LeaseNamespace: "default"})
+	d, err := controller.New(controller.Config{REST: s.Config, Secret: secret, Interval: time.Hour, Elect: true, LeaseNamespace: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 }
 
 // A NodeInventory whose address points at another node's listener (or an
-// attacker's) makes the driver send there only the publishing node's own
+// attacker's) makes the controller send there only the publishing node's own
 // token: never the fleet secret, and useless on the node it points at.
 func TestTick_AddressPointedElsewhereGetsOnlyThatNodesToken(t *testing.T) {
 	_, dc, a, _, _, d := setup(t)
@@ -386,7 +386,7 @@ func TestTick_AddressPointedElsewhereGetsOnlyThatNodesToken(t *testing.T) {
 	got := append([]string(nil), trap.tokens...)
 	trap.mu.Unlock()
 	if len(got) == 0 {
-		t.Fatal("the driver sent node-evil nothing")
+		t.Fatal("the controller sent node-evil nothing")
 	}
 	for _, h := range got {
 		if h != "Bearer "+nodeapi.NodeToken(secret, "node-evil") || strings.Contains(h, secret) {
@@ -412,7 +412,7 @@ func TestTick_AddressPointedElsewhereGetsOnlyThatNodesToken(t *testing.T) {
 
 func TestTick_WithoutTokenSendsNothingButWritesStatus(t *testing.T) {
 	s, dc, a, b, _, _ := setup(t)
-	d, err := driver.New(driver.Config{REST: s.Config, Interval: time.Hour})
+	d, err := controller.New(controller.Config{REST: s.Config, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package driver
+package controller
 
 import (
 	"fmt"
@@ -8,13 +8,13 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// Options are the warm-pool driver's flags, for the binaries that embed
+// Options are the warm-pool controller's flags, for the binaries that embed
 // it (package server: sandbox-apiserver behind a kube-apiserver, and
 // sandbox-dev, which sets its own --warm-pool-sync-interval).
 type Options struct {
-	// Enabled runs the driver (elected: one replica drives at a time).
+	// Enabled runs the controller (elected: one replica drives at a time).
 	Enabled bool
-	// SyncInterval is the driver's cadence.
+	// SyncInterval is the controller's cadence.
 	SyncInterval time.Duration
 	// LeaseNamespace holds the election Lease.
 	LeaseNamespace string
@@ -26,7 +26,7 @@ func NewOptions() *Options {
 }
 
 // AddFlags registers --enable-warm-pool-driver, --warm-pool-sync-interval
-// and --warm-pool-lease-namespace.
+// and --warm-pool-lease-namespace (the flags keep their historical names).
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "enable-warm-pool-driver", o.Enabled, "run the warm-pool driver (SandboxWarmPool → node warm targets), leader-elected through a Lease")
 	fs.DurationVar(&o.SyncInterval, "warm-pool-sync-interval", o.SyncInterval, "warm-pool driver cadence: targets re-sent and status sampled")
@@ -41,17 +41,17 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// Config is the elected driver's configuration for cfg (the cluster
+// Config is the elected controller's configuration for cfg (the cluster
 // holding the pools, templates and NodeInventory objects) and the fleet
 // secret (Config.Secret).
 func (o *Options) Config(cfg *rest.Config, secret string) Config {
 	return Config{REST: cfg, Secret: secret, Interval: o.SyncInterval, Elect: true, LeaseNamespace: o.LeaseNamespace}
 }
 
-// NewDriver builds the elected driver for cfg (the cluster holding the
+// NewController builds the elected controller for cfg (the cluster holding the
 // pools, templates and NodeInventory objects) and the fleet secret; nil
 // when disabled.
-func (o *Options) NewDriver(cfg *rest.Config, secret string) (*Driver, error) {
+func (o *Options) NewController(cfg *rest.Config, secret string) (*Controller, error) {
 	if !o.Enabled {
 		return nil, nil
 	}

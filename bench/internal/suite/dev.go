@@ -23,7 +23,7 @@ import (
 	"github.com/hearthvm/hearth/devserver"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
-	"github.com/hearthvm/hearth/pool/driver"
+	"github.com/hearthvm/hearth/pool/controller"
 	"github.com/hearthvm/hearth/sandbox"
 )
 
@@ -90,7 +90,7 @@ func startDev(ctx context.Context, nodes int, sync time.Duration) (*devSystem, e
 		d.Close()
 		return nil, err
 	}
-	tpl, err := d.Dyn.Resource(driver.Templates).Namespace("default").Get(ctx, "rt", metav1.GetOptions{})
+	tpl, err := d.Dyn.Resource(controller.Templates).Namespace("default").Get(ctx, "rt", metav1.GetOptions{})
 	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("default template rt: %w", err)
@@ -129,13 +129,13 @@ func (d *devSystem) Close() {
 // setReplicas is `kubectl patch sandboxwarmpool rt --type=merge -p '{"spec":{"replicas":n}}'`.
 func (d *devSystem) setReplicas(ctx context.Context, n int) error {
 	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, n)
-	_, err := d.Dyn.Resource(driver.WarmPools).Namespace("default").Patch(ctx, "rt", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	_, err := d.Dyn.Resource(controller.WarmPools).Namespace("default").Patch(ctx, "rt", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	return err
 }
 
 // readyReplicas is the pool's status.readyReplicas.
 func (d *devSystem) readyReplicas(ctx context.Context) (int64, error) {
-	u, err := d.Dyn.Resource(driver.WarmPools).Namespace("default").Get(ctx, "rt", metav1.GetOptions{})
+	u, err := d.Dyn.Resource(controller.WarmPools).Namespace("default").Get(ctx, "rt", metav1.GetOptions{})
 	if err != nil {
 		return 0, err
 	}
