@@ -43,11 +43,15 @@ func TestCreate_NameHeldIsAlreadyExistsAndSpendsNoVM(t *testing.T) {
 		return n
 	}
 	// The replica that claimed knows the name from its claim-time index;
-	// another one knows it once published. Neither spends a microVM.
+	// another one from its live view, which the node's stream fed (never
+	// published). Neither spends a microVM.
 	if _, err := sandboxes(s1, "default").Create(ctx, sandboxObj("web", nil), metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("second create on the same replica = %v, want 409 AlreadyExists", err)
 	}
-	f.Publish()
+	fleettest.Eventually(t, 5*time.Second, func() bool {
+		_, ok := s2.Live.Current("default/web")
+		return ok
+	}, "the second replica's live view never held default/web")
 	if _, err := sandboxes(s2, "default").Create(ctx, sandboxObj("web", nil), metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("second create on another replica = %v, want 409 AlreadyExists", err)
 	}
@@ -187,7 +191,6 @@ func TestReads_UIDLabelsAnnotationsSpecAreWhatWasWritten(t *testing.T) {
 	}
 	check("get", got)
 	checkSpec("get", got)
-	f.Publish()
 	l, err := sandboxes(s, "default").List(ctx, metav1.ListOptions{LabelSelector: "team=a"})
 	if err != nil || len(l.Items) != 1 {
 		t.Fatalf("list -l team=a = %v, %v", l, err)
@@ -373,7 +376,6 @@ func TestKubectl_LabelAnnotatePatch(t *testing.T) {
 	mustKubectl(t, s, "create", "-f", writeManifest(t, "other"))
 	mustKubectl(t, s, "label", "sandbox", "kb", "team=a")
 	mustKubectl(t, s, "annotate", "sandbox", "kb", "owner=me")
-	f.Publish()
 	if out := mustKubectl(t, s, "get", "sandboxes", "-l", "team=a", "-o", "name"); out != "sandbox.agents.x-k8s.io/kb" {
 		t.Fatalf("get -l team=a: %q", out)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/fleet/fleettest"
+	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	hearthserver "github.com/hearthvm/hearth/server"
@@ -34,17 +35,21 @@ type server struct {
 	Kubeconfig string
 	Dynamic    dynamic.Interface
 	Fleet      *fleet.NodeFleet
+	// Live is the live fleet view the server reads.
+	Live *fleetview.Live
 }
 
 // startServer runs a standalone server (anonymous, always-allow,
-// self-signed) over f with its own, empty, claim index.
+// self-signed) over f as production runs one: its lists, watches and
+// lookups read a live fleet view of f's nodes (f.StartLive: their change
+// streams), and its fleet has its own, empty, claim index.
 func startServer(t *testing.T, f *fleettest.Fleet) *server {
 	t.Helper()
 	return startServerWith(t, f, nil)
 }
 
 // startServerWith is startServer with the options adjusted by mut (after
-// the view and fleet are set).
+// the live view and fleet are set).
 func startServerWith(t *testing.T, f *fleettest.Fleet, mut func(*hearthserver.Options)) *server {
 	t.Helper()
 	o := hearthserver.NewStandaloneOptions()
@@ -52,9 +57,9 @@ func startServerWith(t *testing.T, f *fleettest.Fleet, mut func(*hearthserver.Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.WatchInterval = 50 * time.Millisecond
-	o.View = f.View
-	fl := fleet.New(fleet.Config{View: f.View, Secret: fleettest.Secret})
+	live := f.StartLive(t)
+	o.View, o.Live = live, live
+	fl := fleet.New(fleet.Config{View: live, Secret: fleettest.Secret})
 	o.Fleet = fl
 	if mut != nil {
 		mut(o)
@@ -87,7 +92,7 @@ func startServerWith(t *testing.T, f *fleettest.Fleet, mut func(*hearthserver.Op
 			t.Error("server did not stop")
 		}
 	})
-	s := &server{URL: "https://" + addr, Fleet: fl}
+	s := &server{URL: "https://" + addr, Fleet: fl, Live: live}
 	s.Config = &rest.Config{Host: s.URL, BearerToken: "dummy", TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 1000, Burst: 1000}
 	s.Dynamic = dynamic.NewForConfigOrDie(s.Config)
 	s.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")

@@ -89,7 +89,6 @@ func TestKubectl(t *testing.T) {
 	})
 
 	t.Run("get sandboxes table", func(t *testing.T) {
-		f.Publish()
 		out := mustKubectl(t, s, "get", "sandboxes")
 		lines := strings.Split(out, "\n")
 		if got := strings.Fields(lines[0]); strings.Join(got, " ") != "NAME NODE PHASE CLAIM-ID AGE" {

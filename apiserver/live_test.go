@@ -22,16 +22,11 @@ import (
 	hearthserver "github.com/hearthvm/hearth/server"
 )
 
-// startLive runs a live fleet view over f's published inventories and a
-// server that lists, watches and routes from it.
+// startLive is startServer, with the live fleet view it reads.
 func startLive(t *testing.T, f *fleettest.Fleet) (*server, *fleetview.Live) {
 	t.Helper()
-	live := f.StartLive(t)
-	s := startServerWith(t, f, func(o *hearthserver.Options) {
-		o.View, o.Live = live, live
-		o.Fleet = fleet.New(fleet.Config{View: live, Secret: fleettest.Secret})
-	})
-	return s, live
+	s := startServer(t, f)
+	return s, s.Live
 }
 
 func name(ev watch.Event) string {
@@ -350,9 +345,11 @@ func (c *lookupCounter) LiveByRef(ctx context.Context, ref string) (nodeapi.Sand
 func TestLiveWatch_PinnedNameAsksNoNode(t *testing.T) {
 	f := fleettest.Start(t, 2)
 	f.SetWarm(t, spec, 1, 1)
-	live := f.StartLive(t)
-	lookups := &lookupCounter{Fleet: fleet.New(fleet.Config{View: live, Secret: fleettest.Secret})}
-	s := startServerWith(t, f, func(o *hearthserver.Options) { o.View, o.Live, o.Fleet = live, live, lookups })
+	var lookups *lookupCounter
+	s := startServerWith(t, f, func(o *hearthserver.Options) {
+		lookups = &lookupCounter{Fleet: o.Fleet}
+		o.Fleet = lookups
+	})
 	other, _ := startLive(t, f)
 	ctx := context.Background()
 	pinned := metav1.ListOptions{FieldSelector: "metadata.name=pin"}
@@ -361,7 +358,8 @@ func TestLiveWatch_PinnedNameAsksNoNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	// Idle for a second: 20 of the harness's 50 ms watch intervals.
+	// Idle for a second: a polling watch (the old one asked the nodes every
+	// second, the tests' harness every 50 ms) would have asked.
 	select {
 	case ev := <-w.ResultChan():
 		t.Fatalf("idle pinned watch of a name nobody holds sent %s", ev.Type)

@@ -46,7 +46,6 @@ func TestConcurrent_CreateGetListWatchDelete(t *testing.T) {
 				errs <- fmt.Errorf("get %s: %v", name, err)
 				return
 			}
-			f.Publish()
 			if _, err := sandboxes(s, "race").List(ctx, metav1.ListOptions{}); err != nil {
 				errs <- err
 				return
@@ -61,7 +60,6 @@ func TestConcurrent_CreateGetListWatchDelete(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	f.Publish()
 	list, err := sandboxes(s, "race").List(ctx, metav1.ListOptions{})
 	if err != nil || len(list.Items) != 0 {
 		t.Fatalf("after deleting everything: %d items, %v", len(list.Items), err)

@@ -48,7 +48,6 @@ func TestWatch_InitialEventsBookmarkThenDiffs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.Publish()
 	yes := true
 	w, err := sandboxes(s, "default").Watch(ctx, metav1.ListOptions{
 		SendInitialEvents: &yes, AllowWatchBookmarks: true, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
@@ -76,7 +75,8 @@ func TestWatch_InitialEventsBookmarkThenDiffs(t *testing.T) {
 		t.Fatalf("bookmark = %v", u.Object)
 	}
 
-	// Pause a: MODIFIED once published. Release b: DELETED once published.
+	// Pause a: MODIFIED. Release b: DELETED. Never published: the live
+	// view follows the node's stream.
 	locA, _ := s.Fleet.ByRef(ctx, "default/a")
 	if err := s.Fleet.Pause(ctx, locA); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,6 @@ func TestWatch_InitialEventsBookmarkThenDiffs(t *testing.T) {
 	if err := s.Fleet.Release(ctx, locB); err != nil {
 		t.Fatal(err)
 	}
-	f.Publish()
 	seen := map[watch.EventType]string{}
 	for len(seen) < 2 {
 		ev := next(t, w, 10*time.Second)
@@ -96,11 +95,14 @@ func TestWatch_InitialEventsBookmarkThenDiffs(t *testing.T) {
 		}
 	}
 	if seen[watch.Modified] != "a" || seen[watch.Deleted] != "b" {
-		t.Fatalf("events after pause+release+publish: %v", seen)
+		t.Fatalf("events after pause+release: %v", seen)
 	}
 }
 
-func TestWatch_PlainWatchStartsWithAddedWhateverRV(t *testing.T) {
+// A watch from "" opens with the current state as ADDED; a watch from a
+// list's resourceVersion gets only the changes after that list; an entry
+// leaving a label selector is DELETED to that watch.
+func TestWatch_FromAListGetsOnlyLaterChangesFromEmptyTheState(t *testing.T) {
 	f := fleettest.Start(t, 1)
 	f.SetWarm(t, spec, 1)
 	s := startServer(t, f)
@@ -108,19 +110,17 @@ func TestWatch_PlainWatchStartsWithAddedWhateverRV(t *testing.T) {
 	if _, err := sandboxes(s, "default").Create(ctx, sandboxObj("a", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.Publish()
-	list, err := sandboxes(s, "default").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var list *unstructured.UnstructuredList
+	fleettest.Eventually(t, 5*time.Second, func() bool {
+		var err error
+		list, err = sandboxes(s, "default").List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == 1
+	}, "a never listed")
 	w, err := sandboxes(s, "default").Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	if ev := next(t, w, 10*time.Second); ev.Type != watch.Added {
-		t.Fatalf("first event %s, want ADDED", ev.Type)
-	}
 	// A selector the entry leaves reports DELETED.
 	w2, err := sandboxes(s, "default").Watch(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelPhase + "=Running"})
 	if err != nil {
@@ -128,15 +128,22 @@ func TestWatch_PlainWatchStartsWithAddedWhateverRV(t *testing.T) {
 	}
 	defer w2.Stop()
 	if ev := next(t, w2, 10*time.Second); ev.Type != watch.Added {
-		t.Fatalf("first event %s, want ADDED", ev.Type)
+		t.Fatalf("first event from \"\" %s, want ADDED", ev.Type)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		t.Fatalf("watch from the list's resourceVersion sent %s before any change", ev.Type)
+	case <-time.After(300 * time.Millisecond):
 	}
 	loc, _ := s.Fleet.ByRef(ctx, "default/a")
 	if err := s.Fleet.Pause(ctx, loc); err != nil {
 		t.Fatal(err)
 	}
-	f.Publish()
 	if ev := next(t, w2, 10*time.Second); ev.Type != watch.Deleted {
 		t.Fatalf("entry leaving the selector: %s, want DELETED", ev.Type)
+	}
+	if ev := next(t, w, 10*time.Second); ev.Type != watch.Modified || ev.Object.(*unstructured.Unstructured).GetLabels()[sandbox.LabelPhase] != sandbox.PhasePaused {
+		t.Fatalf("watch from the list after the pause: %s %v, want MODIFIED Paused", ev.Type, ev.Object)
 	}
 	if _, err := sandboxes(s, "default").Watch(ctx, metav1.ListOptions{FieldSelector: "spec.x=1"}); !apierrors.IsBadRequest(err) {
 		t.Fatalf("watch with an unsupported field selector = %v, want 400", err)
@@ -177,7 +184,6 @@ func TestInformer_WatchListSyncsAndFollows(t *testing.T) {
 	if _, err := sandboxes(s, "default").Create(ctx, sandboxObj("pre", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.Publish()
 
 	var mu sync.Mutex
 	events := []string{}
@@ -216,12 +222,10 @@ func TestInformer_WatchListSyncsAndFollows(t *testing.T) {
 	if _, err := sandboxes(s, "default").Create(ctx, sandboxObj("post", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.Publish()
 	fleettest.Eventually(t, 10*time.Second, func() bool { return has("ADDED post") }, "informer never saw post: %v", events)
 	if err := sandboxes(s, "default").Delete(ctx, "pre", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.Publish()
 	fleettest.Eventually(t, 10*time.Second, func() bool { return has("DELETED pre") }, "informer never saw pre deleted: %v", events)
 }
 
@@ -329,9 +333,10 @@ func TestSubresources_StatusesComeThrough(t *testing.T) {
 }
 
 // TestWatch_PinnedResumedAfterGoneReportsDeleted: kubectl delete lists the
-// name (the view may still show it), then watches from that list's
-// resourceVersion. If the node's publish dropped it in between, the watch
-// must still report DELETED, or kubectl waits forever.
+// name, then watches from that list's resourceVersion. If that revision is
+// one this replica does not know (another replica's, a restart's) and the
+// name is gone, the watch must still report DELETED, or kubectl waits
+// forever.
 func TestWatch_PinnedResumedAfterGoneReportsDeleted(t *testing.T) {
 	f := fleettest.Start(t, 1)
 	f.SetWarm(t, spec, 1)
