@@ -6,7 +6,7 @@ import (
 )
 
 // FuzzFromE2B: any allowOut/denyOut lists either translate into a policy
-// that validates and renders, or are refused with errors and no policy;
+// that validates, or are refused with errors and no policy;
 // never a panic, never half a policy.
 func FuzzFromE2B(f *testing.F) {
 	f.Add("203.0.113.7,allowed.test,*.wild.test", "0.0.0.0/0", false)
@@ -29,9 +29,6 @@ func FuzzFromE2B(f *testing.F) {
 		}
 		if verr := p.Validate(nil); len(verr) > 0 {
 			t.Fatalf("accepted %q / %q into an invalid policy: %v", allow, deny, verr)
-		}
-		if p != nil && !strings.Contains(Render(p, RenderOptions{}), "chain egress") {
-			t.Fatal("rendering has no chain")
 		}
 	})
 }

@@ -25,19 +25,19 @@ type testNet struct {
 	sbx, world string
 }
 
-var probeAddrs = []string{"203.0.113.7", "203.0.113.8", "198.18.1.1", "198.18.5.1", "198.51.100.9", "10.1.2.3", "169.254.169.254",
+var probeAddrs = []string{"203.0.113.7", "203.0.113.8", "203.0.113.200", "240.0.0.1", "198.18.1.1", "198.18.5.1", "198.51.100.9", "10.1.2.3", "169.254.169.254",
 	"2001:db8::5", "2001:db8:1::9", "fd00::1"}
 
 var probePorts = []int32{80, 443, 1500}
 
-func run(t *testing.T, args ...string) {
+func run(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %v\n%s", args, err, out)
 	}
 }
 
-func startTestNet(t *testing.T) *testNet {
+func startTestNet(t testing.TB) *testNet {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, nftables)")
@@ -89,7 +89,7 @@ func startTestNet(t *testing.T) *testNet {
 
 // inNetns runs f on a thread in network namespace ns (sockets it opens stay
 // there); the thread is discarded afterwards.
-func inNetns[T any](t *testing.T, ns string, f func() (T, error)) T {
+func inNetns[T any](t testing.TB, ns string, f func() (T, error)) T {
 	t.Helper()
 	type result struct {
 		v   T
@@ -115,6 +115,16 @@ func inNetns[T any](t *testing.T, ns string, f func() (T, error)) T {
 		t.Fatalf("in %s: %v", ns, r.err)
 	}
 	return r.v
+}
+
+// fd opens the sandbox side's namespace for Apply and Pin.
+func (n *testNet) fd(t testing.TB) int {
+	fd, err := unix.Open("/run/netns/"+n.sbx, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
 }
 
 // probe asks the kernel what the sandbox side's filter does to one packet.
@@ -148,11 +158,11 @@ func (n *testNet) probe(t *testing.T, proto, dst string, port int32) Action {
 	})
 }
 
-// TestRender_KernelAgreesWithDecide loads each rendered policy into a real
+// TestApply_KernelAgreesWithDecide loads each policy into a real
 // network namespace and checks that the kernel's verdict on every probe
 // (address × protocol × port, domain sets filled as the node's resolver
 // fills them) is the one Decide gives.
-func TestRender_KernelAgreesWithDecide(t *testing.T) {
+func TestApply_KernelAgreesWithDecide(t *testing.T) {
 	n := startTestNet(t)
 	e2b, errs := FromE2B(E2B{DenyOut: []string{AllTraffic}, AllowOut: []string{"203.0.113.7", "allowed.test", "*.wild.test"}})
 	if len(errs) > 0 {
@@ -175,28 +185,39 @@ func TestRender_KernelAgreesWithDecide(t *testing.T) {
 			{Action: Allow, Domain: "*.wild.test", Ports: []Port{{Port: 80}}},
 			{Action: Allow, CIDR: "2001:db8::/48", Ports: []Port{{Protocol: TCP}}},
 		}}},
+		{"runs merged into sets", &Policy{Otherwise: Deny, Rules: []Rule{
+			{Action: Deny, CIDR: "203.0.113.8"},
+			{Action: Allow, CIDR: "203.0.113.0/25"},
+			{Action: Allow, CIDR: "203.0.113.64/26"}, // inside the one before
+			{Action: Allow, CIDR: "198.18.0.0/16"},
+			{Action: Allow, CIDR: "198.19.0.0/16"}, // adjacent
+			{Action: Allow, CIDR: "240.0.0.0/4"},   // ends at the last address
+			{Action: Allow, CIDR: "2001:db8::5"},
+			{Action: Deny, Domain: "denied.test"},
+			{Action: Deny, Domain: "*.wild.test"},
+			{Action: Allow, CIDR: "0.0.0.0/0", Ports: []Port{{Protocol: UDP}}},
+			{Action: Allow, CIDR: "10.0.0.0/8", Ports: []Port{{Protocol: UDP}}},
+			{Action: Allow, Domain: "allowed.test"},
+		}}},
+		{"allow all but a deny run", &Policy{Otherwise: Allow, Rules: []Rule{
+			{Action: Deny, CIDR: "::/0"},
+			{Action: Deny, CIDR: "10.0.0.0/8"},
+			{Action: Deny, CIDR: "169.254.169.254"},
+		}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			script := Render(tc.p, RenderOptions{Hook: "output"})
-			cmd := exec.Command("ip", "netns", "exec", n.sbx, "nft", "-f", "-")
-			cmd.Stdin = strings.NewReader(script)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("nft refused the rendering: %v\n%s\n%s", err, out, script)
+			ns := n.fd(t)
+			if err := Prepare(ns, Options{}); err != nil {
+				t.Fatal(err)
 			}
-			if tc.p != nil {
-				for i, r := range tc.p.Rules {
-					if r.Domain == "" {
-						continue
-					}
-					for dst, names := range resolved {
-						for _, name := range names {
-							if MatchesName(r.Domain, name) {
-								fam := "v4"
-								if strings.Contains(dst, ":") {
-									fam = "v6"
-								}
-								run(t, "ip", "netns", "exec", n.sbx, "nft", "add", "element", "inet", Table, DomainSet(i, fam), "{ "+dst+" timeout 1h }")
-							}
+			if err := Apply(ns, tc.p); err != nil {
+				t.Fatal(err)
+			}
+			for dst, names := range resolved {
+				for _, name := range names {
+					for _, set := range tc.p.DomainSets(name) {
+						if err := Pin(ns, set, []netip.Addr{netip.MustParseAddr(dst)}, time.Hour); err != nil {
+							t.Fatal(err)
 						}
 					}
 				}

@@ -1,0 +1,464 @@
+package egress
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"go4.org/netipx"
+	"golang.org/x/sys/unix"
+)
+
+// Table is the nftables table (family inet) a node's egress filter lives
+// in, one per sandbox network namespace (or per VM path).
+const Table = "hearth_egress"
+
+// Options places the filter.
+type Options struct {
+	// Hook is the base chain's hook: "output" (the default) where the
+	// guest's packets are locally generated (a sim sandbox's network
+	// namespace), "forward" where they are routed (a VM's tap).
+	Hook string
+	// Resolver, when valid, is the node's resolver for the sandbox: DNS to
+	// it (UDP and TCP port 53) is always allowed, before any rule.
+	Resolver netip.Addr
+}
+
+// DomainSet names the address set of the domain run starting at rule i
+// (family "v4" or "v6"), which the node's resolver fills (Pin), each
+// element with its answer's TTL.
+func DomainSet(i int, family string) string { return fmt.Sprintf("d%d_%s", i, family) }
+
+// Prepare replaces Table in the network namespace behind nsfd (-1: the
+// caller's) with the filter's skeleton, in one netlink transaction: a base
+// chain on o.Hook that accepts loopback and DNS to o.Resolver, then jumps
+// to the (empty) policy chain, and a deny chain that rejects at once (a
+// TCP reset, else ICMP administratively prohibited), so a denied call
+// fails rather than hangs. With the policy chain empty everything is
+// accepted. A node prepares a warm VM as it boots: replacing a table waits
+// for the kernel's RCU grace period (milliseconds), which must not fall on
+// a claim; Apply at claim time only adds.
+func Prepare(nsfd int, o Options) error {
+	c, err := conn(nsfd)
+	if err != nil {
+		return err
+	}
+	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
+	if _, err := c.ListTableOfFamily(Table, nftables.TableFamilyINet); err == nil {
+		c.DelTable(t)
+	}
+	t = c.AddTable(t)
+	hook := nftables.ChainHookOutput
+	if o.Hook == "forward" {
+		hook = nftables.ChainHookForward
+	}
+	deny := c.AddChain(&nftables.Chain{Name: "deny", Table: t})
+	c.AddRule(&nftables.Rule{Table: t, Chain: deny, Exprs: append(l4proto(unix.IPPROTO_TCP), &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})})
+	c.AddRule(&nftables.Rule{Table: t, Chain: deny, Exprs: []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}})
+	c.AddChain(&nftables.Chain{Name: rulesChain, Table: t})
+	accept := nftables.ChainPolicyAccept
+	ch := c.AddChain(&nftables.Chain{Name: "egress", Table: t, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	add := func(exprs ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs}) }
+	if hook == nftables.ChainHookOutput {
+		add(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")}, verdict(Allow))
+	}
+	if o.Resolver.IsValid() {
+		r := netip.PrefixFrom(o.Resolver.Unmap(), o.Resolver.Unmap().BitLen())
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			exprs := append(append(daddrIn(r), l4proto(proto)...), dport(53, 53)...)
+			add(append(exprs, verdict(Allow))...)
+		}
+	}
+	add(&expr.Verdict{Kind: expr.VerdictJump, Chain: rulesChain})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("egress: preparing the filter: %w", err)
+	}
+	return nil
+}
+
+// Apply fills the prepared rules chain in the namespace behind nsfd with
+// the filter p means (compile), in one netlink transaction that only adds
+// (the chain must be empty: a VM as Prepare left it): the first matching
+// line decides, Otherwise ends the chain. A nil policy adds nothing
+// (everything is accepted). p must have passed Validate: a rule Apply
+// cannot express is an error, never a wider rule.
+func Apply(nsfd int, p *Policy) error {
+	if p == nil {
+		return nil
+	}
+	lines, err := compile(p)
+	if err != nil {
+		return err
+	}
+	c, err := conn(nsfd)
+	if err != nil {
+		return err
+	}
+	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
+	ch := &nftables.Chain{Name: rulesChain, Table: t}
+	for _, l := range lines {
+		dsts, err := l.destinations(c, t)
+		if err != nil {
+			return err
+		}
+		for _, d := range dsts {
+			for _, l4 := range portMatches(l.ports) {
+				exprs := append(append(append([]expr.Any{}, d...), l4...), verdict(l.action))
+				c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+			}
+		}
+	}
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{verdict(p.Otherwise)}})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("egress: applying the filter: %w", err)
+	}
+	return nil
+}
+
+// rulesChain is the regular chain Apply fills and the base chain jumps to.
+const rulesChain = "rules"
+
+// line is one matching line of the compiled filter: a run of consecutive
+// policy rules with one action and one port list whose destinations can
+// share a match — CIDRs without excepts (an address set per family), or
+// domains (one pinned set pair, DomainSet(first)) — or a single rule.
+type line struct {
+	action Action
+	ports  []Port
+	// exactly one of:
+	any    bool             // every destination
+	cidr   netip.Prefix     // one CIDR with excepts
+	except []netip.Prefix   // cidr's excepts
+	v4, v6 []netipx.IPRange // a CIDR run; nil and all4/all6 false: no address of that family
+	all4   bool             // the run holds 0.0.0.0/0
+	all6   bool             // the run holds ::/0
+	domain int              // a domain run: the index of its first rule (its sets' names); -1 otherwise
+	names  []string         // the run's domain rules
+}
+
+// compile turns p into lines: runs merge, order is kept, the meaning is
+// Decide's (the kernel test checks it).
+func compile(p *Policy) ([]line, error) {
+	var out []line
+	for i := 0; i < len(p.Rules); {
+		r := p.Rules[i]
+		l := line{action: r.Action, ports: r.Ports, domain: -1}
+		j := i + 1
+		switch {
+		case r.Domain != "":
+			l.domain, l.names = i, []string{r.Domain}
+			for ; j < len(p.Rules) && sameRun(r, p.Rules[j]) && p.Rules[j].Domain != ""; j++ {
+				l.names = append(l.names, p.Rules[j].Domain)
+			}
+		case r.CIDR != "" && len(r.Except) > 0:
+			pfx, err := Prefix(r.CIDR)
+			if err != nil {
+				return nil, fmt.Errorf("egress: rule %d: %w", i, err)
+			}
+			l.cidr = pfx
+			for _, e := range r.Except {
+				q, err := Prefix(e)
+				if err != nil {
+					return nil, fmt.Errorf("egress: rule %d: %w", i, err)
+				}
+				l.except = append(l.except, q)
+			}
+		case r.CIDR != "":
+			var b4, b6 netipx.IPSetBuilder
+			for ; ; j++ {
+				pfx, err := Prefix(p.Rules[j-1].CIDR)
+				if err != nil {
+					return nil, fmt.Errorf("egress: rule %d: %w", j-1, err)
+				}
+				switch {
+				case pfx.Bits() == 0 && pfx.Addr().Is4():
+					l.all4 = true
+				case pfx.Bits() == 0:
+					l.all6 = true
+				case pfx.Addr().Is4():
+					b4.AddPrefix(pfx)
+				default:
+					b6.AddPrefix(pfx)
+				}
+				if j == len(p.Rules) || !sameRun(r, p.Rules[j]) || p.Rules[j].CIDR == "" || len(p.Rules[j].Except) > 0 {
+					break
+				}
+			}
+			s4, err := b4.IPSet()
+			if err != nil {
+				return nil, err
+			}
+			s6, err := b6.IPSet()
+			if err != nil {
+				return nil, err
+			}
+			if !l.all4 {
+				l.v4 = s4.Ranges()
+			}
+			if !l.all6 {
+				l.v6 = s6.Ranges()
+			}
+		default:
+			l.any = true
+		}
+		out = append(out, l)
+		i = j
+	}
+	return out, nil
+}
+
+// sameRun reports whether b may join a's run: one action, one port list.
+func sameRun(a, b Rule) bool {
+	if a.Action != b.Action || len(a.Ports) != len(b.Ports) {
+		return false
+	}
+	for k := range a.Ports {
+		if a.Ports[k] != b.Ports[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// destinations is a line's destination matches, one per rule it needs
+// (sets are added to the table here).
+func (l line) destinations(c *nftables.Conn, t *nftables.Table) ([][]expr.Any, error) {
+	switch {
+	case l.any:
+		return [][]expr.Any{nil}, nil
+	case l.domain >= 0:
+		var out [][]expr.Any
+		for _, fam := range []string{"v4", "v6"} {
+			s := &nftables.Set{Table: t, Name: DomainSet(l.domain, fam), KeyType: keyType(fam == "v4"), HasTimeout: true}
+			if err := c.AddSet(s, nil); err != nil {
+				return nil, err
+			}
+			out = append(out, append(daddr(fam == "v4"), &expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}))
+		}
+		return out, nil
+	case l.cidr.IsValid():
+		m := daddrIn(l.cidr)
+		for _, q := range l.except {
+			m = append(m, daddr(l.cidr.Addr().Is4())[2]) // reload the address
+			m = append(m, prefixCmp(q, expr.CmpOpNeq)...)
+		}
+		return [][]expr.Any{m}, nil
+	}
+	var out [][]expr.Any
+	for _, fam := range []struct {
+		v4     bool
+		all    bool
+		ranges []netipx.IPRange
+	}{{true, l.all4, l.v4}, {false, l.all6, l.v6}} {
+		switch {
+		case fam.all:
+			out = append(out, daddr(fam.v4)[:2]) // the family alone
+		case len(fam.ranges) > 0:
+			s := &nftables.Set{Table: t, Anonymous: true, Constant: true, Interval: true, KeyType: keyType(fam.v4)}
+			if err := c.AddSet(s, intervalElements(fam.ranges)); err != nil {
+				return nil, err
+			}
+			out = append(out, append(daddr(fam.v4), &expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}))
+		}
+	}
+	return out, nil
+}
+
+func keyType(v4 bool) nftables.SetDatatype {
+	if v4 {
+		return nftables.TypeIPAddr
+	}
+	return nftables.TypeIP6Addr
+}
+
+// intervalElements encodes sorted, disjoint ranges as an interval set's
+// elements, as nft does: each range's first address, and the address
+// after its last flagged as an interval end (none past the family's last
+// address); an end at the zero address first when no range starts there.
+func intervalElements(rs []netipx.IPRange) []nftables.SetElement {
+	var els []nftables.SetElement
+	if zero := netip.IPv4Unspecified(); !rs[0].From().Is4() {
+		if rs[0].From() != netip.IPv6Unspecified() {
+			els = append(els, nftables.SetElement{Key: netip.IPv6Unspecified().AsSlice(), IntervalEnd: true})
+		}
+	} else if rs[0].From() != zero {
+		els = append(els, nftables.SetElement{Key: zero.AsSlice(), IntervalEnd: true})
+	}
+	for _, r := range rs {
+		els = append(els, nftables.SetElement{Key: r.From().AsSlice()})
+		if next := r.To().Next(); next.IsValid() {
+			els = append(els, nftables.SetElement{Key: next.AsSlice(), IntervalEnd: true})
+		}
+	}
+	return els
+}
+
+// DomainSets returns the sets the node's resolver pins an answer for name
+// into: those of every domain run with a rule matching name.
+func (p *Policy) DomainSets(name string) []int {
+	if p == nil {
+		return nil
+	}
+	var out []int
+	for i := 0; i < len(p.Rules); i++ {
+		r := p.Rules[i]
+		if r.Domain == "" {
+			continue
+		}
+		hit := false
+		j := i
+		for ; j < len(p.Rules) && p.Rules[j].Domain != "" && sameRun(r, p.Rules[j]); j++ {
+			hit = hit || MatchesName(p.Rules[j].Domain, name)
+		}
+		if hit {
+			out = append(out, i)
+		}
+		i = j - 1
+	}
+	return out
+}
+
+// Pin adds addrs (the node's resolver's answer for a name) to the sets of
+// the domain run starting at rule set (Policy.DomainSets) in the namespace
+// behind nsfd, each for ttl (at least a second).
+func Pin(nsfd int, set int, addrs []netip.Addr, ttl time.Duration) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	ttl = max(ttl, time.Second)
+	c, err := conn(nsfd)
+	if err != nil {
+		return err
+	}
+	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
+	var v4, v6 []nftables.SetElement
+	for _, a := range addrs {
+		a = a.Unmap()
+		if a.Is4() {
+			v4 = append(v4, nftables.SetElement{Key: a.AsSlice(), Timeout: ttl})
+		} else {
+			v6 = append(v6, nftables.SetElement{Key: a.AsSlice(), Timeout: ttl})
+		}
+	}
+	for _, fam := range []struct {
+		v4  bool
+		els []nftables.SetElement
+	}{{true, v4}, {false, v6}} {
+		if len(fam.els) == 0 {
+			continue
+		}
+		name := DomainSet(set, map[bool]string{true: "v4", false: "v6"}[fam.v4])
+		if err := c.SetAddElements(&nftables.Set{Table: t, Name: name, KeyType: keyType(fam.v4), HasTimeout: true}, fam.els); err != nil {
+			return err
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("egress: pinning %v: %w", addrs, err)
+	}
+	return nil
+}
+
+func conn(nsfd int) (*nftables.Conn, error) {
+	var opts []nftables.ConnOption
+	if nsfd >= 0 {
+		opts = append(opts, nftables.WithNetNSFd(nsfd))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("egress: netlink: %w", err)
+	}
+	return c, nil
+}
+
+func verdict(a Action) expr.Any {
+	if a == Allow {
+		return &expr.Verdict{Kind: expr.VerdictAccept}
+	}
+	return &expr.Verdict{Kind: expr.VerdictJump, Chain: "deny"}
+}
+
+func ifname(s string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, s)
+	return b
+}
+
+func l4proto(p byte) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}}}
+}
+
+func port16(p int32) []byte {
+	b := make([]byte, 2)
+	binary.BigEndian.PutUint16(b, uint16(p))
+	return b
+}
+
+// dport matches the transport header's destination port in [from, to].
+func dport(from, to int32) []expr.Any {
+	load := &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
+	if from == to {
+		return []expr.Any{load, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: port16(from)}}
+	}
+	return []expr.Any{load, &expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: port16(from), ToData: port16(to)}}
+}
+
+// nfproto matches the packet's family, then loads its destination address.
+func daddr(v4 bool) []expr.Any {
+	if v4 {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		}
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV6}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 24, Len: 16},
+	}
+}
+
+// prefixCmp compares the loaded address (register 1) with p: equal (in p)
+// or not.
+func prefixCmp(p netip.Prefix, op expr.CmpOp) []expr.Any {
+	n := p.Addr().BitLen() / 8
+	if p.Bits() == p.Addr().BitLen() {
+		return []expr.Any{&expr.Cmp{Op: op, Register: 1, Data: p.Addr().AsSlice()}}
+	}
+	mask := make([]byte, n)
+	for i := 0; i < p.Bits(); i++ {
+		mask[i/8] |= 0x80 >> (i % 8)
+	}
+	return []expr.Any{
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(n), Mask: mask, Xor: make([]byte, n)},
+		&expr.Cmp{Op: op, Register: 1, Data: p.Addr().AsSlice()},
+	}
+}
+
+// daddrIn matches a destination in p (the whole family for a /0).
+func daddrIn(p netip.Prefix) []expr.Any {
+	out := daddr(p.Addr().Is4())
+	if p.Bits() == 0 {
+		return out[:2] // the family alone
+	}
+	return append(out, prefixCmp(p, expr.CmpOpEq)...)
+}
+
+// portMatches is a rule's protocol and port matches, one per rule line
+// (any: one empty match).
+func portMatches(ports []Port) [][]expr.Any {
+	if len(ports) == 0 {
+		return [][]expr.Any{nil}
+	}
+	out := make([][]expr.Any, 0, len(ports))
+	for _, pt := range ports {
+		proto := map[string]byte{TCP: unix.IPPROTO_TCP, UDP: unix.IPPROTO_UDP, SCTP: unix.IPPROTO_SCTP}[pt.Proto()]
+		m := l4proto(proto)
+		if pt.Port != 0 {
+			m = append(m, dport(pt.Port, pt.Last())...)
+		}
+		out = append(out, m)
+	}
+	return out
+}
