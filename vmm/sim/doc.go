@@ -67,6 +67,14 @@
 //     /.hearth (0700, owned by the guest's root) holding the token (0600)
 //     and, for a VM with an environment, env (0600: a JSON object, so a
 //     value may hold any byte but NUL — commas, '=', newlines, quotes).
+//     The boot id: every start of the init is a boot, with an id of its
+//     own (a random UUID the driver puts in the config) in
+//     /.hearth/boot_id (host root's, 0444), bound read-only over
+//     /proc/sys/kernel/random/boot_id — the guest shares the host's
+//     kernel, whose id it would read there. Boot, Clone and a Restore
+//     that starts the VM again (after Stop: a pause without memory; or
+//     after its init died) are new boots with new ids; Pause/Resume and
+//     a Restore that re-attaches to the running VM keep the id.
 //     The guest owns its writable layer, which persists, so any of these
 //     may be its symlink, hard link or file: each mount point is opened in
 //     the root with openat2 (RESOLVE_BENEATH, no symlink, magic link or

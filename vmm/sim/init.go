@@ -27,7 +27,13 @@ const (
 	// guestEnvFile holds the VM's environment (vmm.Spec.Env) as a JSON
 	// object, for the agent's --env-file.
 	guestEnvFile = guestHearthDir + "/env"
-	guestHome    = "/home/user"
+	// guestBootIDFile holds this boot's id (initConfig.BootID), bound
+	// read-only over guestBootID.
+	guestBootIDFile = guestHearthDir + "/boot_id"
+	// guestBootID is the kernel's boot id in the guest's /proc. The guest
+	// shares the host's kernel, whose boot id it would otherwise read.
+	guestBootID = "/proc/sys/kernel/random/boot_id"
+	guestHome   = "/home/user"
 	// guestAgentDir holds the agent executable: the overlay's top lower
 	// layer, read-only and owned by an id the guest does not map.
 	guestAgentDir = "/.hearth-agent"
@@ -60,6 +66,9 @@ type initConfig struct {
 	ResolvConf string `json:"resolv_conf,omitempty"`
 	UIDBase    int    `json:"uid_base"`
 	UIDSize    int    `json:"uid_size"`
+	// BootID is this start's boot id (a random UUID, new at every start
+	// of the init), what the guest reads at guestBootID.
+	BootID string `json:"boot_id"`
 }
 
 func init() {
@@ -270,6 +279,9 @@ func setupRoot(c initConfig) error {
 			return err
 		}
 	}
+	if err := bindBootID(rfd, hearth, c.BootID); err != nil {
+		return err
+	}
 
 	if err := os.Chdir(root); err != nil {
 		return err
@@ -281,6 +293,48 @@ func setupRoot(c initConfig) error {
 		return err
 	}
 	return os.Chdir("/")
+}
+
+// bindBootID writes id to guestBootIDFile (owned by host root, 0444: the
+// guest's root cannot change it) and binds that file read-only over
+// guestBootID in the proc just mounted under rfd, so each start of a VM is
+// a boot with an id of its own, as a VM's kernel has. Both ends are
+// opened below their descriptors (the proc and the tmpfs are the init's
+// fresh mounts, no guest data) and the bind goes onto the descriptor.
+func bindBootID(rfd, hearth int, id string) error {
+	if id == "" {
+		return errors.New("no boot id in the init's config")
+	}
+	name := path.Base(guestBootIDFile)
+	if err := createIn(hearth, name, 0o444, []byte(id+"\n"), -1); err != nil {
+		return err
+	}
+	src, err := openBeneath(hearth, name, unix.O_PATH, unix.RESOLVE_NO_XDEV)
+	if err != nil {
+		return fmt.Errorf("%s: %w", guestBootIDFile, err)
+	}
+	defer unix.Close(src)
+	proc, err := openMounted(rfd, "proc")
+	if err != nil {
+		return fmt.Errorf("/proc: %w", err)
+	}
+	defer unix.Close(proc)
+	rel := strings.TrimPrefix(guestBootID, "/proc/")
+	dst, err := openBeneath(proc, rel, unix.O_PATH, unix.RESOLVE_NO_XDEV)
+	if err != nil {
+		return fmt.Errorf("%s: %w", guestBootID, err)
+	}
+	err = unix.Mount(fdPath(src), fdPath(dst), "", unix.MS_BIND, "")
+	unix.Close(dst)
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", guestBootID, err)
+	}
+	// Remount read-only what is now mounted there (the bind's root).
+	if dst, err = openBeneath(proc, rel, unix.O_PATH, 0); err != nil {
+		return fmt.Errorf("%s: %w", guestBootID, err)
+	}
+	defer unix.Close(dst)
+	return unix.Mount("", fdPath(dst), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 }
 
 // bindResolvConf binds src over /etc/resolv.conf, read-only, after

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/sim/seccomp"
@@ -261,6 +262,10 @@ func (d *Driver) initConfig(dir string, r record, agentPath, token string) initC
 		Hostname: "sandbox",
 		UIDBase:  d.uidBase,
 		UIDSize:  UIDRange,
+		// Every start of the init is a new boot (Boot, Clone, a Restore
+		// that starts the VM again); Pause/Resume and a Restore that
+		// re-attaches keep the running one's.
+		BootID: uuid.NewString(),
 	}
 }
 
