@@ -5,7 +5,8 @@
 // E2b-Sandbox-Id / E2b-Sandbox-Port — to the sandbox's in-guest agent
 // (package agent), so the unmodified e2b SDK works.
 //
-// An e2b create is the same node-local warm claim as a Kubernetes Create:
+// An e2b create is the same node-local warm claim as a Kubernetes Create,
+// the same request (nodeapi.ClaimRequest, built by handleCreate):
 // the key comes from pool.KeyForE2B, the claim is recorded under
 // "<namespace>/e2b-<random>" so it shows in `kubectl get sandboxes`, and no
 // path cold-starts (no warm microVM → 503). Creates and forks claim
@@ -220,8 +221,8 @@ func New(cfg Config) (http.Handler, error) {
 		fleet:      cfg.Fleet,
 		keys:       keys,
 		namespaces: namespaces,
-		routes:     map[string]route{},
-		misses:     map[string]time.Time{},
+		routes:     newRouteCache(cacheSize),
+		misses:     newMissCache(cacheSize, missTTL),
 		now:        time.Now,
 	}
 	if g.aliases = cfg.TemplateAliases; g.aliases == nil {
@@ -365,9 +366,8 @@ type gateway struct {
 	aliases    map[string]string
 	now        func() time.Time
 
-	mu     sync.Mutex
-	routes map[string]route     // client id → cached agent route
-	misses map[string]time.Time // client id → end of its cached not-found
+	routes *routeCache // client id → cached agent route
+	misses *missCache  // client id → its cached not-found
 }
 
 // maxBodyBytes bounds every control-plane request body (413 above it).

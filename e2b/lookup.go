@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
@@ -76,47 +75,6 @@ func (g *gateway) lookupBy(ctx context.Context, given string, find func(context.
 
 // maxIDLen bounds a client-supplied sandbox id (the node's are ~20 bytes).
 const maxIDLen = 128
-
-// missTTL is how long a not-found is served from memory.
-const missTTL = 2 * time.Second
-
-func (g *gateway) missed(given string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	exp, ok := g.misses[given]
-	if ok && g.now().Before(exp) {
-		return true
-	}
-	if ok {
-		delete(g.misses, given)
-	}
-	return false
-}
-
-func (g *gateway) miss(given string) {
-	now := g.now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.misses) >= 100000 { // bound the cache
-		for k, exp := range g.misses {
-			if !now.Before(exp) {
-				delete(g.misses, k)
-			}
-		}
-		if len(g.misses) >= 100000 {
-			clear(g.misses)
-		}
-	}
-	g.misses[given] = now.Add(missTTL)
-}
-
-// unmiss forgets cached not-founds for a sandbox that now exists.
-func (g *gateway) unmiss(s nodeapi.Sandbox) {
-	g.mu.Lock()
-	delete(g.misses, s.ID)
-	delete(g.misses, RenderID(s.ID))
-	g.mu.Unlock()
-}
 
 func (g *gateway) lookupFleet(ctx context.Context, given string, find func(context.Context, string) (nodeapi.Sandbox, error), scan bool, sees func(nodeapi.Sandbox) bool) (nodeapi.Sandbox, error) {
 	tried := map[string]bool{}

@@ -60,16 +60,6 @@ type route struct {
 	resume *nodeapi.Sandbox
 }
 
-func (g *gateway) dropRoute(rawID string) {
-	g.mu.Lock()
-	for k, rt := range g.routes {
-		if rt.id == rawID {
-			delete(g.routes, k)
-		}
-	}
-	g.mu.Unlock()
-}
-
 // route resolves a client sandbox id to its agent, through lookupKnown
 // only, whatever credential the request carries (its value can only be
 // checked against the record the lookup finds): at most the one node the
@@ -78,10 +68,7 @@ func (g *gateway) dropRoute(rawID string) {
 // ids cost the nodes nothing.
 func (g *gateway) route(ctx context.Context, given string) (route, error) {
 	now := g.now()
-	g.mu.Lock()
-	rt, ok := g.routes[given]
-	g.mu.Unlock()
-	if ok && now.Before(rt.exp) {
+	if rt, ok := g.cachedRoute(given, now); ok {
 		return rt, nil
 	}
 	s, err := g.lookupKnown(ctx, given)
@@ -103,20 +90,11 @@ func (g *gateway) route(ctx context.Context, given string) (route, error) {
 	if s.AgentAddr == "" {
 		return route{}, errors.New("the sandbox has no agent address")
 	}
-	rt = route{id: s.ID, addr: s.AgentAddr, token: s.Token, public: s.PublicTraffic && !s.PrivateTraffic, exp: now.Add(routeTTL), resume: resume}
+	rt := route{id: s.ID, addr: s.AgentAddr, token: s.Token, public: s.PublicTraffic && !s.PrivateTraffic, exp: now.Add(routeTTL), resume: resume}
 	if resume != nil {
 		return rt, nil
 	}
-	g.mu.Lock()
-	g.routes[given] = rt
-	if len(g.routes) > 100000 { // bound the cache; entries are cheap to rebuild
-		for k, v := range g.routes {
-			if now.After(v.exp) {
-				delete(g.routes, k)
-			}
-		}
-	}
-	g.mu.Unlock()
+	g.routes.Add(given, rt)
 	return rt, nil
 }
 

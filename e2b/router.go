@@ -209,10 +209,7 @@ func (g *gateway) serveRouter(w http.ResponseWriter, r *http.Request) {
 func (g *gateway) byRef(ctx context.Context, ref string, known bool) (nodeapi.Sandbox, error) {
 	key := "\x00ref " + ref // never a client id
 	now := g.now()
-	g.mu.Lock()
-	rt, ok := g.routes[key]
-	g.mu.Unlock()
-	if ok && now.Before(rt.exp) {
+	if rt, ok := g.cachedRoute(key, now); ok {
 		return nodeapi.Sandbox{ID: rt.id, AgentAddr: rt.addr, Token: rt.token}, nil
 	}
 	find, byID := g.refs.ByRef, g.fleet.LiveByID
@@ -229,9 +226,7 @@ func (g *gateway) byRef(ctx context.Context, ref string, known bool) (nodeapi.Sa
 		}
 	}
 	if !s.Paused && s.Token != "" && s.AgentAddr != "" {
-		g.mu.Lock()
-		g.routes[key] = route{id: s.ID, addr: s.AgentAddr, token: s.Token, exp: now.Add(routeTTL)}
-		g.mu.Unlock()
+		g.routes.Add(key, route{id: s.ID, addr: s.AgentAddr, token: s.Token, exp: now.Add(routeTTL)})
 	}
 	return s, nil
 }
