@@ -19,7 +19,7 @@ import (
 // them) and List includes the fleet's unpublished claims, so a sandbox is
 // visible here as soon as its claim returns.
 type Fleet interface {
-	Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandbox, error)
+	Claim(ctx context.Context, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error)
 	LiveByID(ctx context.Context, id string) (nodeapi.Sandbox, error)
 	// KnownByID finds id through the fleet's index or view and asks only
 	// the node they name (never a fan-out); ErrNotFound otherwise.
@@ -39,8 +39,8 @@ type Fleet interface {
 	Renew(ctx context.Context, s nodeapi.Sandbox, ttlSeconds int64) (time.Time, error)
 	Stats(ctx context.Context, s nodeapi.Sandbox) (nodeapi.Stats, error)
 	// ClaimSnapshot claims a new sandbox cloned from snap on the node
-	// holding it, recorded under req.Ref (req.Key and req.Object are ignored).
-	ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error)
+	// holding it, recorded under req.ClaimRef (its key and Object are ignored).
+	ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error)
 	// SetLabels replaces s's recorded labels and annotations.
 	SetLabels(ctx context.Context, s nodeapi.Sandbox, req nodeapi.LabelsRequest) (nodeapi.Sandbox, error)
 	// LeaseBounds are the nodes' lease bounds, the strictest of them (0:

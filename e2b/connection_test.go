@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hearthvm/hearth/agentapi"
-	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 )
@@ -231,7 +230,7 @@ func routerGatewayF(t *testing.T, a SandboxAuthorizer) (*httptest.Server, *fakeF
 	f := newFakeFleet(t)
 	f.addWarm("tmpl", 1)
 	k, _ := pool.KeyForE2B("tmpl", false)
-	sb, err := f.Claim(context.Background(), fleet.Request{Key: k, Ref: "team/demo", Env: map[string]string{"WHO": "claim"}})
+	sb, err := f.Claim(context.Background(), nodeapi.ClaimRequest{Template: k.Template, Net: k.Net, Size: k.Size, ClaimRef: "team/demo", Env: map[string]string{"WHO": "claim"}})
 	require.NoError(t, err)
 	h, err := New(Config{Fleet: f, APIKeys: []string{"k"}, Refs: refsOf{f}, Authorizer: a})
 	require.NoError(t, err)

@@ -145,19 +145,21 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	// The key's namespace; labelled for e2b, which makes the node record
-	// the claim as e2b's (visible; nodeapi.Lifecycle.E2B), as its fork
-	// children and snapshot clones are. The label stays for display.
-	freq := fleet.Request{TTLSeconds: ttl, Ref: g.namespaceOf(r.Context()) + "/" + newClaimName(), Env: req.EnvVars, Metadata: req.Metadata, Lifecycle: life,
-		Object: nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}}
+	var key pool.Key // none for a snapshot's id: the snapshot's is the clone's
 	if !isSnapshotID(req.TemplateID) {
 		allow := req.AllowInternetAccess != nil && *req.AllowInternetAccess
-		freq.Key, err = pool.KeyForE2B(g.template(r.Context(), req.TemplateID), allow)
+		key, err = pool.KeyForE2B(g.template(r.Context(), req.TemplateID), allow)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
 	}
+	// The key's namespace; labelled for e2b, which makes the node record
+	// the claim as e2b's (visible; nodeapi.Lifecycle.E2B), as its fork
+	// children and snapshot clones are. The label stays for display.
+	freq := nodeapi.ClaimFor(key, g.namespaceOf(r.Context())+"/"+newClaimName())
+	freq.TTLSeconds, freq.Env, freq.Metadata, freq.Lifecycle = ttl, req.EnvVars, req.Metadata, life
+	freq.Object = nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}
 	// The claim runs to its outcome even if the client goes away, and what
 	// a client gone will never learn of is released (fleet.Detached).
 	sbs, err := fleet.Detached(r.Context(), g.fleet, func(ctx context.Context) ([]nodeapi.Sandbox, error) {
@@ -191,14 +193,14 @@ func (e *unknownTemplate) Error() string {
 }
 
 // claim claims a create's sandbox: a clone of the snapshot id names, else
-// one of req.Key's pool, else a clone of the snapshot named id.
-func (g *gateway) claim(ctx context.Context, id string, req fleet.Request) (nodeapi.Sandbox, error) {
+// one of req.Key()'s pool, else a clone of the snapshot named id.
+func (g *gateway) claim(ctx context.Context, id string, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
 	if isSnapshotID(id) {
 		return g.claimSnapshot(ctx, id, req)
 	}
 	s, err := g.fleet.Claim(ctx, req)
 	var noCap *fleet.ErrNoWarmCapacity
-	if !errors.As(err, &noCap) || g.isPool(ctx, req.Key) {
+	if !errors.As(err, &noCap) || g.isPool(ctx, req.Key()) {
 		return s, err
 	}
 	// Not a template any node serves: a snapshot may go by its name.

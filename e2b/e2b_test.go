@@ -335,9 +335,9 @@ func TestCreate_ClaimsAndTheDataPlaneWorks(t *testing.T) {
 
 	req := g.f.claims[0]
 	require.Equal(t, int64(300), req.TTLSeconds, "no timeout → e2b's default 300 s")
-	require.True(t, strings.HasPrefix(req.Ref, "default/e2b-"), req.Ref)
-	require.Equal(t, "none", req.Key.Net)
-	require.Equal(t, "small", req.Key.Size)
+	require.True(t, strings.HasPrefix(req.ClaimRef, "default/e2b-"), req.ClaimRef)
+	require.Equal(t, "none", req.Net)
+	require.Equal(t, "small", req.Size)
 	require.Equal(t, map[string]string{"owner": "me"}, req.Metadata)
 
 	status, out, exit := g.run(s.SandboxID, *s.EnvdAccessToken, "echo $FOO && exit 3")

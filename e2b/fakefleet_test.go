@@ -32,7 +32,7 @@ type fakeFleet struct {
 	sandboxes map[string]*fakeSandbox
 	snaps     []nodeapi.Snapshot
 	seq       int
-	claims    []fleet.Request
+	claims    []nodeapi.ClaimRequest
 	renews    []int64
 	lookups   int // LiveByID and List calls: what reaches the nodes
 	snapLists int // Snapshots calls (a fan-out to every node)
@@ -140,13 +140,13 @@ func (f *fakeFleet) answered(ctx context.Context, ref string) error {
 	return nil
 }
 
-func (f *fakeFleet) Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandbox, error) {
+func (f *fakeFleet) Claim(ctx context.Context, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
 	if f.onClaim != nil {
 		f.onClaim(ctx)
 	}
 	s, err := f.claim(req)
 	if err == nil {
-		err = f.answered(ctx, req.Ref)
+		err = f.answered(ctx, req.ClaimRef)
 	}
 	if err != nil {
 		return nodeapi.Sandbox{}, err
@@ -154,15 +154,15 @@ func (f *fakeFleet) Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandb
 	return s, nil
 }
 
-func (f *fakeFleet) claim(req fleet.Request) (nodeapi.Sandbox, error) {
+func (f *fakeFleet) claim(req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.claims = append(f.claims, req)
-	if f.warm[req.Key] == 0 {
-		return nodeapi.Sandbox{}, &fleet.ErrNoWarmCapacity{Key: req.Key}
+	if f.warm[req.Key()] == 0 {
+		return nodeapi.Sandbox{}, &fleet.ErrNoWarmCapacity{Key: req.Key()}
 	}
-	f.warm[req.Key]--
-	s, err := f.newSandbox(req.Key, req.TTLSeconds, req.Ref, req.Env, req.Metadata)
+	f.warm[req.Key()]--
+	s, err := f.newSandbox(req.Key(), req.TTLSeconds, req.ClaimRef, req.Env, req.Metadata)
 	if err != nil {
 		return nodeapi.Sandbox{}, err
 	}
@@ -358,10 +358,10 @@ func (f *fakeFleet) Stats(ctx context.Context, l nodeapi.Sandbox) (nodeapi.Stats
 	return nodeapi.Stats{ID: l.ID, Paused: s.loc.Paused, CPUCount: 1, MemTotalBytes: 2 << 30, MemUsedBytes: 1 << 20, DiskTotalBytes: 10 << 30, DiskUsedBytes: 3 << 20}, nil
 }
 
-func (f *fakeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error) {
+func (f *fakeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
 	s, err := f.claimSnapshot(snap, req)
 	if err == nil {
-		err = f.answered(ctx, req.Ref)
+		err = f.answered(ctx, req.ClaimRef)
 	}
 	if err != nil {
 		return nodeapi.Sandbox{}, err
@@ -369,7 +369,7 @@ func (f *fakeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, re
 	return s, nil
 }
 
-func (f *fakeFleet) claimSnapshot(snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error) {
+func (f *fakeFleet) claimSnapshot(snap nodeapi.Snapshot, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.refuse != nil {
@@ -378,7 +378,7 @@ func (f *fakeFleet) claimSnapshot(snap nodeapi.Snapshot, req fleet.Request) (nod
 	for _, c := range f.snaps {
 		if c.ID == snap.ID {
 			f.claims = append(f.claims, req)
-			s, err := f.newSandbox(c.Key, req.TTLSeconds, req.Ref, req.Env, req.Metadata)
+			s, err := f.newSandbox(c.Key, req.TTLSeconds, req.ClaimRef, req.Env, req.Metadata)
 			if err != nil {
 				return nodeapi.Sandbox{}, err
 			}

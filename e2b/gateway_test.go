@@ -141,7 +141,7 @@ func TestCreate_FromASnapshotClaimsItsClone(t *testing.T) {
 		c := g.create(map[string]any{"templateID": tpl, "timeout": 60, "metadata": map[string]string{"from": "snap"}})
 		require.Equal(t, "rt", c.TemplateID, tpl)
 		req := g.f.claims[len(g.f.claims)-1]
-		require.True(t, strings.HasPrefix(req.Ref, "default/e2b-"), req.Ref)
+		require.True(t, strings.HasPrefix(req.ClaimRef, "default/e2b-"), req.ClaimRef)
 		require.Equal(t, int64(60), req.TTLSeconds)
 		status, out, _ := g.run(c.SandboxID, *c.EnvdAccessToken, "echo clone-"+strconv.Itoa(i))
 		require.Equal(t, 200, status, tpl)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/sandbox"
@@ -53,7 +52,7 @@ func TestKeys_AKeySeesOnlyItsNamespace(t *testing.T) {
 	status, body := g.as(keyA, "POST", "/v2/sandboxes", `{"templateID":"rt"}`)
 	require.Equal(t, http.StatusCreated, status, body)
 	f.mu.Lock()
-	require.True(t, strings.HasPrefix(f.claims[0].Ref, "team-a/e2b-"), f.claims[0].Ref)
+	require.True(t, strings.HasPrefix(f.claims[0].ClaimRef, "team-a/e2b-"), f.claims[0].ClaimRef)
 	require.Equal(t, "true", f.claims[0].Object.Labels[sandbox.LabelE2B], "an e2b create is labelled for e2b")
 	f.mu.Unlock()
 	id := "sb0001"
@@ -104,7 +103,7 @@ func TestKeys_AKeySeesOnlyItsNamespace(t *testing.T) {
 func TestKeys_KubernetesSandboxesAreE2bsOnlyWhenCreatedLabelled(t *testing.T) {
 	g, f := scopedGateway(t)
 	k, _ := pool.KeyForE2B("rt", false)
-	kube, err := f.Claim(context.Background(), fleet.Request{Key: k, Ref: "default/made-by-kubectl"})
+	kube, err := f.Claim(context.Background(), nodeapi.ClaimFor(k, "default/made-by-kubectl"))
 	require.NoError(t, err)
 	id := RenderID(kube.ID)
 	hidden := func(when string) {
@@ -130,7 +129,7 @@ func TestKeys_KubernetesSandboxesAreE2bsOnlyWhenCreatedLabelled(t *testing.T) {
 	require.NoError(t, err)
 	hidden("labelled after its claim")
 
-	labelled, err := f.Claim(context.Background(), fleet.Request{Key: k, Ref: "default/labelled-at-create",
+	labelled, err := f.Claim(context.Background(), nodeapi.ClaimRequest{Template: k.Template, Net: k.Net, Size: k.Size, ClaimRef: "default/labelled-at-create",
 		Object: nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}})
 	require.NoError(t, err)
 	lid := RenderID(labelled.ID)
@@ -168,7 +167,7 @@ func TestKeys_KubernetesSandboxesAreE2bsOnlyWhenCreatedLabelled(t *testing.T) {
 func TestKeys_SnapshotsOfSandboxesE2bDoesNotSeeAreNotE2bs(t *testing.T) {
 	g, f := scopedGateway(t)
 	k, _ := pool.KeyForE2B("rt", false)
-	kube, err := f.Claim(context.Background(), fleet.Request{Key: k, Ref: "default/made-by-kubectl"})
+	kube, err := f.Claim(context.Background(), nodeapi.ClaimFor(k, "default/made-by-kubectl"))
 	require.NoError(t, err)
 	snap, err := f.Snapshot(context.Background(), kube, "kube-golden")
 	require.NoError(t, err)

@@ -77,7 +77,7 @@ func routerGateway(t *testing.T, a SandboxAuthorizer) (*httptest.Server, nodeapi
 	f := newFakeFleet(t)
 	f.addWarm("tmpl", 1)
 	k, _ := pool.KeyForE2B("tmpl", false)
-	sb, err := f.Claim(context.Background(), fleet.Request{Key: k, Ref: "team/demo", Env: map[string]string{"WHO": "claim"}})
+	sb, err := f.Claim(context.Background(), nodeapi.ClaimRequest{Template: k.Template, Net: k.Net, Size: k.Size, ClaimRef: "team/demo", Env: map[string]string{"WHO": "claim"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func (g *gateway) snapshotNamed(ctx context.Context, name string) (nodeapi.Snaps
 
 // claimSnapshot starts a sandbox from the namespace's snapshot id, on the
 // node holding it.
-func (g *gateway) claimSnapshot(ctx context.Context, id string, req fleet.Request) (nodeapi.Sandbox, error) {
+func (g *gateway) claimSnapshot(ctx context.Context, id string, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
 	snap, err := g.snapshotByID(ctx, id)
 	if err != nil {
 		return nodeapi.Sandbox{}, err
@@ -84,7 +84,7 @@ func (g *gateway) claimSnapshot(ctx context.Context, id string, req fleet.Reques
 // req.Object's labels on it (a node records no object with a snapshot
 // claim), so that it is labelled like any e2b create; a clone that cannot
 // be labelled is released and the create fails.
-func (g *gateway) cloneSnapshot(ctx context.Context, snap nodeapi.Snapshot, req fleet.Request) (nodeapi.Sandbox, error) {
+func (g *gateway) cloneSnapshot(ctx context.Context, snap nodeapi.Snapshot, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
 	s, err := g.fleet.ClaimSnapshot(ctx, snap, req)
 	if err != nil || len(req.Object.Labels) == 0 || s.Labels[sandbox.LabelE2B] == req.Object.Labels[sandbox.LabelE2B] {
 		return s, err

@@ -40,18 +40,9 @@
 //
 // # The filter
 //
-// One table, Table (family inet), in the sandbox's network namespace (or
-// on its VM's path), owned by the node: the guest's root has no
-// capability over it. Prepare installs its skeleton as a warm VM boots
-// (replacing a table waits for an RCU grace period, milliseconds, which
-// must not fall on a claim); Apply adds the policy at claim time in one
-// netlink transaction, merging runs of rules that share an action and
-// ports into address sets, so a 50-rule policy is a handful of kernel
-// rules (BenchmarkApply_50Rules); Pin adds the node resolver's answers to
-// the domain sets with their TTLs. A deny rejects at once (a TCP reset,
-// else ICMP administratively prohibited): a denied call fails, it does not
-// hang. TestApply_KernelAgreesWithDecide loads each policy into a real
-// namespace and checks the kernel's verdict on every probe against Decide.
+// Package egress/nft enforces a Policy in the kernel (nftables, over
+// netlink), from the host side; this package is the model only, light
+// enough for the wire packages that carry a Policy.
 //
 // # Bounds
 //

@@ -35,12 +35,13 @@ const doubtLifetime = time.Hour
 // node's 409 (the first claim landed); if it does not, the claim proceeds;
 // if it does not answer, the claim is ErrClaimInDoubt (503) rather than a
 // second microVM for one name on another node.
-func (f *NodeFleet) Claim(ctx context.Context, req Request) (nodeapi.Sandbox, error) {
-	key, err := req.Key.Normalize()
+func (f *NodeFleet) Claim(ctx context.Context, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
+	key, err := req.Key().Normalize()
 	if err != nil {
 		return nodeapi.Sandbox{}, err
 	}
-	if err := f.resolveDoubt(ctx, req.Ref); err != nil {
+	req.Template, req.Net, req.Size = key.Template, key.Net, key.Size
+	if err := f.resolveDoubt(ctx, req.ClaimRef); err != nil {
 		return nodeapi.Sandbox{}, err
 	}
 	cands := Candidates(f.cfg.View.View(), key)
@@ -50,27 +51,23 @@ func (f *NodeFleet) Claim(ctx context.Context, req Request) (nodeapi.Sandbox, er
 		lastErr error
 	)
 	s, err := Route(ctx, key, cands, r, func(ctx context.Context, c Candidate) (nodeapi.Sandbox, error) {
-		s, err := f.client(c.Node, c.NodeAddr).Claim(ctx, nodeapi.ClaimRequest{
-			Template: key.Template, Net: key.Net, Size: key.Size,
-			TTLSeconds: req.TTLSeconds, ClaimRef: req.Ref, Env: req.Env, Metadata: req.Metadata, Object: req.Object,
-			Lifecycle: req.Lifecycle,
-		})
+		s, err := f.client(c.Node, c.NodeAddr).Claim(ctx, req)
 		last, lastErr = c, err
 		return s, err
 	})
 	if err != nil {
 		if err == lastErr && nodeapi.StatusOf(err) == 0 && !nodeapi.NotDelivered(err) {
 			// Sent, and no answer: the node may hold the claim.
-			if req.Ref != "" {
-				f.addDoubt(req.Ref, last, req.TTLSeconds)
+			if req.ClaimRef != "" {
+				f.addDoubt(req.ClaimRef, last, req.TTLSeconds)
 			}
-			klog.InfoS("A claim got no answer from its node; its outcome is unknown", "ref", req.Ref, "node", last.Node, "err", err)
-			return nodeapi.Sandbox{}, &ErrOutcomeUnknown{Ref: req.Ref, Node: last.Node, Err: err}
+			klog.InfoS("A claim got no answer from its node; its outcome is unknown", "ref", req.ClaimRef, "node", last.Node, "err", err)
+			return nodeapi.Sandbox{}, &ErrOutcomeUnknown{Ref: req.ClaimRef, Node: last.Node, Err: err}
 		}
 		return nodeapi.Sandbox{}, err
 	}
 	if s.ClaimRef == "" {
-		s.ClaimRef = req.Ref
+		s.ClaimRef = req.ClaimRef
 	}
 	if s.Template == "" {
 		s.Template, s.Net, s.Size = key.Template, key.Net, key.Size

@@ -8,6 +8,11 @@
 // status (HTTPStatus). Every sandbox it returns is the one record
 // nodeapi.Sandbox, located (Node, NodeAddr) and with defaults set once here.
 //
+// A claim is nodeapi.ClaimRequest, the node's own request and the one
+// request type of every front door (a Kubernetes Create, an e2b create, a
+// SandboxClaim): each builds one with nodeapi.ClaimFor, and Claim routes
+// it on its Key() (normalized) and sends it to the chosen node as it is.
+//
 // The view says which node holds a sandbox; that node's record is the
 // truth. A lookup (ByRef, ByID) asks the node the index or the view names
 // and returns its record — spec, managed fields, labels, annotations and

@@ -66,7 +66,7 @@ func TestFleet_ClaimWhoseAnswerIsLostIsNeverDoubled(t *testing.T) {
 	// Only node-0 advertises: the first claim goes there, and its answer is lost.
 	f.View.Set(f.Nodes[0].Inventory())
 	bad.mode.Store(nodeHangsUp)
-	_, err := fl.Claim(ctx, fleet.Request{Key: key, Ref: "ns/a"})
+	_, err := fl.Claim(ctx, nodeapi.ClaimFor(key, "ns/a"))
 	var unknown *fleet.ErrOutcomeUnknown
 	if !errors.As(err, &unknown) || unknown.Node != f.Nodes[0].Name || fleet.HTTPStatus(err) != http.StatusServiceUnavailable {
 		t.Fatalf("claim whose answer was lost = %v (status %d), want ErrOutcomeUnknown from node-0, 503", err, fleet.HTTPStatus(err))
@@ -80,7 +80,7 @@ func TestFleet_ClaimWhoseAnswerIsLostIsNeverDoubled(t *testing.T) {
 	f.Publish()
 	bad.mode.Store(nodeDown)
 	for i := 0; i < 3; i++ {
-		_, err = fl.Claim(ctx, fleet.Request{Key: key, Ref: "ns/a"})
+		_, err = fl.Claim(ctx, nodeapi.ClaimFor(key, "ns/a"))
 		var doubt *fleet.ErrClaimInDoubt
 		if !errors.As(err, &doubt) || fleet.HTTPStatus(err) != http.StatusServiceUnavailable {
 			t.Fatalf("retry while node-0 is down = %v (status %d), want ErrClaimInDoubt, 503", err, fleet.HTTPStatus(err))
@@ -90,13 +90,13 @@ func TestFleet_ClaimWhoseAnswerIsLostIsNeverDoubled(t *testing.T) {
 		t.Fatalf("node-1 was delivered a second ns/a: %v", l)
 	}
 	// Other names are not held up.
-	if d, err := fl.Claim(ctx, fleet.Request{Key: key, Ref: "ns/b"}); err != nil || d.Node != f.Nodes[1].Name {
+	if d, err := fl.Claim(ctx, nodeapi.ClaimFor(key, "ns/b")); err != nil || d.Node != f.Nodes[1].Name {
 		t.Fatalf("claim of another name while node-0 is down: %+v, %v", d, err)
 	}
 
 	// node-0 is back, holding ns/a: the retry is its 409, and the name is indexed.
 	bad.mode.Store(nodeOK)
-	_, err = fl.Claim(ctx, fleet.Request{Key: key, Ref: "ns/a"})
+	_, err = fl.Claim(ctx, nodeapi.ClaimFor(key, "ns/a"))
 	if !errors.Is(err, nodeapi.ErrConflict) || fleet.HTTPStatus(err) != http.StatusConflict || !strings.Contains(err.Error(), "answer was lost") {
 		t.Fatalf("retry once node-0 answers = %v (status %d), want the 409 of the landed claim", err, fleet.HTTPStatus(err))
 	}
@@ -118,12 +118,12 @@ func TestFleet_ClaimInDoubtThatDidNotLandIsClaimedOnRetry(t *testing.T) {
 	fl := fleet.New(fleet.Config{View: f.View, Secret: fleettest.Secret, Seed: 5, HTTP: &http.Client{Transport: bad}})
 	f.View.Set(f.Nodes[0].Inventory())
 	bad.mode.Store(nodeHangsUp0)
-	if _, err := fl.Claim(ctx, fleet.Request{Key: key, Ref: "ns/c"}); fleet.HTTPStatus(err) != http.StatusServiceUnavailable {
+	if _, err := fl.Claim(ctx, nodeapi.ClaimFor(key, "ns/c")); fleet.HTTPStatus(err) != http.StatusServiceUnavailable {
 		t.Fatalf("claim over a reset connection = %v (status %d), want 503", err, fleet.HTTPStatus(err))
 	}
 	bad.mode.Store(nodeOK)
 	f.Publish()
-	d, err := fl.Claim(ctx, fleet.Request{Key: key, Ref: "ns/c"})
+	d, err := fl.Claim(ctx, nodeapi.ClaimFor(key, "ns/c"))
 	if err != nil {
 		t.Fatalf("retry once node-0 says it does not hold ns/c: %v", err)
 	}
@@ -133,7 +133,7 @@ func TestFleet_ClaimInDoubtThatDidNotLandIsClaimedOnRetry(t *testing.T) {
 	// A claim without a name keeps no doubt: nothing to double.
 	f.View.Set(f.Nodes[0].Inventory())
 	bad.mode.Store(nodeHangsUp0)
-	if _, err := fl.Claim(ctx, fleet.Request{Key: key}); fleet.HTTPStatus(err) != http.StatusServiceUnavailable {
+	if _, err := fl.Claim(ctx, nodeapi.ClaimFor(key, "")); fleet.HTTPStatus(err) != http.StatusServiceUnavailable {
 		t.Fatalf("unnamed claim over a reset connection = %v, want 503", err)
 	}
 }

@@ -10,22 +10,6 @@ import (
 	"github.com/hearthvm/hearth/pool"
 )
 
-// Request is a fleet-level claim: the pool key and lease of docs/API.md#pool-key and #lease.
-type Request struct {
-	Key pool.Key
-	// TTLSeconds is the asked lease length; 0 asks for the node default.
-	TTLSeconds int64
-	// Ref is "<namespace>/<name>"; empty for claims without a name.
-	Ref string
-	// Env is applied to the guest's processes; Metadata is kept with the sandbox.
-	Env, Metadata map[string]string
-	// Lifecycle is the claim's timeout behaviour (nodeapi.Lifecycle).
-	Lifecycle nodeapi.Lifecycle
-	// Object is recorded with the claim (the Kubernetes object's labels,
-	// annotations, spec and managed fields).
-	Object nodeapi.Object
-}
-
 // ErrNoWarmCapacity means no node could deliver a warm microVM for the key
 // (HTTP 503, retryable).
 type ErrNoWarmCapacity struct {
@@ -52,8 +36,9 @@ var ErrNotFound = errors.New("not found")
 //
 // Consumers declare the subset they use as their own interface.
 type Fleet interface {
-	// Claim routes a claim to a warm node and indexes the delivery.
-	Claim(ctx context.Context, req Request) (nodeapi.Sandbox, error)
+	// Claim routes a claim to a warm node of req.Key()'s pool and indexes
+	// the delivery.
+	Claim(ctx context.Context, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error)
 	// ByRef finds the sandbox recorded under "<ns>/<name>" (index, view, nodes).
 	ByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error)
 	// ByID finds a sandbox by claim id (index, view, nodes).
@@ -90,8 +75,8 @@ type Fleet interface {
 	// DeleteSnapshot deletes a snapshot wherever it is; ErrNotFound if nowhere.
 	DeleteSnapshot(ctx context.Context, id string) error
 	// ClaimSnapshot claims a sandbox cloned from snap on the node holding
-	// it, recorded under req.Ref, and indexes the delivery.
-	ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req Request) (nodeapi.Sandbox, error)
+	// it, recorded under req.ClaimRef, and indexes the delivery.
+	ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error)
 	// Renew sets s's lease to ttlSeconds from now and returns its new deadline.
 	Renew(ctx context.Context, s nodeapi.Sandbox, ttlSeconds int64) (time.Time, error)
 	Stats(ctx context.Context, s nodeapi.Sandbox) (nodeapi.Stats, error)

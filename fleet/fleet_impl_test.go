@@ -29,7 +29,7 @@ func TestFleet_EquallyWarmNodesAllGetClaims(t *testing.T) {
 	fl := newFleet(f, 7)
 	counts := map[string]int{}
 	for i := 0; i < 200; i++ {
-		d, err := fl.Claim(context.Background(), fleet.Request{Key: key})
+		d, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, ""))
 		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
 		}
@@ -52,7 +52,7 @@ func TestFleet_WarmerNodeGetsMostClaims(t *testing.T) {
 	fl := newFleet(f, 11)
 	warm := 0
 	for i := 0; i < 200; i++ {
-		d, err := fl.Claim(context.Background(), fleet.Request{Key: key})
+		d, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, ""))
 		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
 		}
@@ -78,7 +78,7 @@ func TestFleet_DrainedNodeIsSkippedThenNoWarmCapacity(t *testing.T) {
 	fleettest.WaitWarm(t, f.Nodes[0], key.Template, 0)
 	fl := newFleet(f, 3)
 	for i := 0; i < 4; i++ { // whatever the sample, node 1 delivers
-		d, err := fl.Claim(context.Background(), fleet.Request{Key: key, Ref: "ns/x"})
+		d, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, "ns/x"))
 		if err != nil {
 			t.Fatalf("claim: %v", err)
 		}
@@ -91,7 +91,7 @@ func TestFleet_DrainedNodeIsSkippedThenNoWarmCapacity(t *testing.T) {
 		fleettest.WaitWarm(t, f.Nodes[1], key.Template, 1)
 	}
 	f.View.Set() // nothing advertised
-	_, err := fl.Claim(context.Background(), fleet.Request{Key: key})
+	_, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, ""))
 	var nw *fleet.ErrNoWarmCapacity
 	if !errors.As(err, &nw) {
 		t.Fatalf("claim with nothing advertised = %v, want ErrNoWarmCapacity", err)
@@ -102,7 +102,7 @@ func TestFleet_LookupsNeverWaitForAPublish(t *testing.T) {
 	f := fleettest.Start(t, 3)
 	f.SetWarm(t, spec, 2, 2, 2)
 	fl := newFleet(f, 5)
-	d, err := fl.Claim(context.Background(), fleet.Request{Key: key, Ref: "ns/web"})
+	d, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, "ns/web"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestFleet_ConcurrentClaimsAndLookups(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			ref := "ns/c" + string(rune('a'+i))
-			d, err := fl.Claim(context.Background(), fleet.Request{Key: key, Ref: ref})
+			d, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, ref))
 			if err != nil {
 				errs <- err
 				return
@@ -236,7 +236,7 @@ func TestFleet_UnreachableNodeMakesMissIncomplete(t *testing.T) {
 	fl := newFleet(f, 2)
 	// The dead node advertises more, so it is sampled; its dial error re-samples.
 	for i := 0; i < 1; i++ {
-		if _, err := fl.Claim(context.Background(), fleet.Request{Key: key, Ref: "ns/x"}); err != nil {
+		if _, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, "ns/x")); err != nil {
 			t.Fatalf("claim with a dead candidate: %v", err)
 		}
 	}
@@ -255,7 +255,7 @@ func TestFleet_ListShowsClaimsBeforePublishWithTheirRecord(t *testing.T) {
 	fl := newFleet(f, 11)
 	ctx := context.Background()
 	md := map[string]string{"team": "x"}
-	d, err := fl.Claim(ctx, fleet.Request{Key: key, Ref: "ns/early", Metadata: md})
+	d, err := fl.Claim(ctx, nodeapi.ClaimRequest{Template: key.Template, Net: key.Net, Size: key.Size, ClaimRef: "ns/early", Metadata: md})
 	if err != nil {
 		t.Fatal(err)
 	}

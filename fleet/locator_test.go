@@ -189,7 +189,7 @@ func TestFleet_OverALiveViewPauseResumeReleaseReadTheirWrites(t *testing.T) {
 	live := f.StartLive(t)
 	ctx := context.Background()
 	fl := fleet.New(fleet.Config{View: live, Secret: fleettest.Secret})
-	s, err := fl.Claim(ctx, fleet.Request{Key: key, Ref: "ns/rw"})
+	s, err := fl.Claim(ctx, nodeapi.ClaimFor(key, "ns/rw"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ func TestFleet_HeldSeesIndexAndViewWithoutFanOut(t *testing.T) {
 	f.SetWarm(t, spec, 1, 1)
 	ctx := context.Background()
 	a, other := newFleet(f, 1), newFleet(f, 2)
-	d, err := a.Claim(ctx, fleet.Request{Key: key, Ref: "ns/web"})
+	d, err := a.Claim(ctx, nodeapi.ClaimFor(key, "ns/web"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,10 +42,10 @@ func TestFleet_ClaimOfAHeldNameIsTheNodes409(t *testing.T) {
 	f := fleettest.Start(t, 1)
 	f.SetWarm(t, spec, 2)
 	ctx := context.Background()
-	if _, err := newFleet(f, 1).Claim(ctx, fleet.Request{Key: key, Ref: "ns/web"}); err != nil {
+	if _, err := newFleet(f, 1).Claim(ctx, nodeapi.ClaimFor(key, "ns/web")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := newFleet(f, 2).Claim(ctx, fleet.Request{Key: key, Ref: "ns/web"})
+	_, err := newFleet(f, 2).Claim(ctx, nodeapi.ClaimFor(key, "ns/web"))
 	if !errors.Is(err, nodeapi.ErrConflict) || fleet.HTTPStatus(err) != 409 {
 		t.Fatalf("second claim = %v (status %d), want the node's 409", err, fleet.HTTPStatus(err))
 	}

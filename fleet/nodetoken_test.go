@@ -44,7 +44,7 @@ func TestFleet_PublishedAddressReceivesOnlyThatNodesToken(t *testing.T) {
 	f.View.Set(f.Nodes[0].Inventory(), f.Nodes[1].Inventory(), evil, mimic)
 	fl := fleet.New(fleet.Config{View: f.View, Secret: fleettest.Secret, Seed: 1})
 
-	_, _ = fl.Claim(context.Background(), fleet.Request{Key: keyOf("example.com/bait:1"), Ref: "ns/a"})
+	_, _ = fl.Claim(context.Background(), nodeapi.ClaimFor(keyOf("example.com/bait:1"), "ns/a"))
 	_, _ = fl.Snapshots(context.Background())
 	mu.Lock()
 	seen := append([]string(nil), got...)
@@ -64,7 +64,7 @@ func TestFleet_PublishedAddressReceivesOnlyThatNodesToken(t *testing.T) {
 		}
 	}
 	// The mimic's claim reaches node-0 with the mimic's token: refused.
-	_, err := fl.Claim(context.Background(), fleet.Request{Key: keyOf("example.com/bait2:1"), Ref: "ns/b"})
+	_, err := fl.Claim(context.Background(), nodeapi.ClaimFor(keyOf("example.com/bait2:1"), "ns/b"))
 	if err == nil {
 		t.Fatal("a claim routed to node-0 under another name succeeded")
 	}

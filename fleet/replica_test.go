@@ -31,7 +31,7 @@ func TestFleet_AnotherReplicaAndARestartedNodeKeepWhatCreateStored(t *testing.T)
 	}
 	md := map[string]string{"bar": "x"}
 	created, err := fleet.New(fleet.Config{View: f.StartLive(t), Secret: fleettest.Secret}).
-		Claim(ctx, fleet.Request{Key: key, Ref: "ns/kept", Metadata: md, Object: obj})
+		Claim(ctx, nodeapi.ClaimRequest{Template: key.Template, Net: key.Net, Size: key.Size, ClaimRef: "ns/kept", Metadata: md, Object: obj})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/fleet/fleettest"
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 // TestFleet_ClaimSnapshotGoesToTheHoldingNodeUnderTheRef: the clone is
@@ -17,7 +18,7 @@ func TestFleet_ClaimSnapshotGoesToTheHoldingNodeUnderTheRef(t *testing.T) {
 	f := fleettest.Start(t, 2)
 	f.SetWarm(t, spec, 0, 2)
 	fl := newFleet(f, 3)
-	src, err := fl.Claim(ctx, fleet.Request{Key: key, Ref: "team-a/src"})
+	src, err := fl.Claim(ctx, nodeapi.ClaimFor(key, "team-a/src"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func TestFleet_ClaimSnapshotGoesToTheHoldingNodeUnderTheRef(t *testing.T) {
 		t.Fatalf("Snapshots = %+v, %v; want the one, with its namespace", snaps, err)
 	}
 
-	s, err := fl.ClaimSnapshot(ctx, snap, fleet.Request{Ref: "team-a/clone", TTLSeconds: 60})
+	s, err := fl.ClaimSnapshot(ctx, snap, nodeapi.ClaimRequest{ClaimRef: "team-a/clone", TTLSeconds: 60})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,15 +51,15 @@ func TestFleet_ClaimSnapshotGoesToTheHoldingNodeUnderTheRef(t *testing.T) {
 
 	gone := snap
 	gone.ID = "sn_missing"
-	if _, err := fl.ClaimSnapshot(ctx, gone, fleet.Request{Ref: "team-a/x"}); !errors.Is(err, fleet.ErrNotFound) {
+	if _, err := fl.ClaimSnapshot(ctx, gone, nodeapi.ClaimRequest{ClaimRef: "team-a/x"}); !errors.Is(err, fleet.ErrNotFound) {
 		t.Fatalf("a snapshot the node does not hold: %v; want ErrNotFound", err)
 	}
 	nowhere := snap
 	nowhere.Node = "node-9"
-	if _, err := fl.ClaimSnapshot(ctx, nowhere, fleet.Request{Ref: "team-a/x"}); !errors.Is(err, fleet.ErrNotFound) {
+	if _, err := fl.ClaimSnapshot(ctx, nowhere, nodeapi.ClaimRequest{ClaimRef: "team-a/x"}); !errors.Is(err, fleet.ErrNotFound) {
 		t.Fatalf("a snapshot on an unknown node: %v; want ErrNotFound", err)
 	}
-	if _, err := fl.ClaimSnapshot(ctx, snap, fleet.Request{Ref: "no-slash"}); fleet.HTTPStatus(err) != 400 {
+	if _, err := fl.ClaimSnapshot(ctx, snap, nodeapi.ClaimRequest{ClaimRef: "no-slash"}); fleet.HTTPStatus(err) != 400 {
 		t.Fatalf("a malformed ref: %v; want a 400", err)
 	}
 }

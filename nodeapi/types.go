@@ -8,7 +8,10 @@ import (
 	"github.com/hearthvm/hearth/pool"
 )
 
-// ClaimRequest is the body of POST /v1/claim.
+// ClaimRequest is the body of POST /v1/claim, and the one claim request
+// of every front door (a Kubernetes Create, an e2b create, a SandboxClaim):
+// each builds one (ClaimFor) and hands it to the fleet, which routes it on
+// its Key and sends it to a node as it is.
 type ClaimRequest struct {
 	Template string `json:"template"`
 	Net      string `json:"net,omitempty"`
@@ -156,9 +159,17 @@ type LabelsRequest struct {
 	Version       int64             `json:"version,omitempty"`
 }
 
-// Key is the sandbox's pool key.
+// Key is the pool key the claim asks for: what the fleet routes on
+// (Candidates) and what the node claims from.
 func (r ClaimRequest) Key() pool.Key {
 	return pool.Key{Template: r.Template, Net: r.Net, Size: r.Size}
+}
+
+// ClaimFor is a claim of a warm microVM of k's pool under ref ("" for
+// none): what each front door's adapter starts from before it sets the
+// lease, env, metadata, lifecycle and object.
+func ClaimFor(k pool.Key, ref string) ClaimRequest {
+	return ClaimRequest{Template: k.Template, Net: k.Net, Size: k.Size, ClaimRef: ref}
 }
 
 // Sandbox is the one record of a claimed sandbox: what a claim, a fork

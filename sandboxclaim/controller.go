@@ -34,7 +34,7 @@ var (
 
 // Fleet is what the controller needs of a fleet (*fleet.fleet is one).
 type Fleet interface {
-	Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandbox, error)
+	Claim(ctx context.Context, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error)
 	Held(ctx context.Context, ref string) (nodeapi.Sandbox, bool)
 	AllByRef(ctx context.Context, ref string) ([]nodeapi.Sandbox, error)
 	Release(ctx context.Context, s nodeapi.Sandbox) error
@@ -209,7 +209,9 @@ func (c *Controller) claim(ctx context.Context, claim *extv1beta1.SandboxClaim, 
 		return 5 * time.Second, c.updateStatus(ctx, claim)
 	}
 	ref := claim.Namespace + "/" + claim.Name
-	sb, err := c.cfg.Fleet.Claim(ctx, fleet.Request{Key: key, TTLSeconds: TTLSeconds(claim, now), Ref: ref, Env: Env(claim)})
+	req := nodeapi.ClaimFor(key, ref)
+	req.TTLSeconds, req.Env = TTLSeconds(claim, now), Env(claim)
+	sb, err := c.cfg.Fleet.Claim(ctx, req)
 	var noWarm *fleet.ErrNoWarmCapacity
 	switch {
 	case errors.Is(err, nodeapi.ErrConflict):

@@ -1,7 +1,8 @@
-package egress
+package nft
 
 import (
 	"fmt"
+	"github.com/hearthvm/hearth/egress"
 	"slices"
 	"testing"
 	"time"
@@ -10,7 +11,7 @@ import (
 // fiftyRules is the measured policy: an e2b allow-list of 45
 // addresses and CIDRs and 5 domains behind a deny of all traffic (52
 // rules after translation).
-func fiftyRules(b testing.TB) *Policy {
+func fiftyRules(b testing.TB) *egress.Policy {
 	var allow []string
 	for i := range 45 {
 		allow = append(allow, fmt.Sprintf("198.18.%d.0/24", i*3))
@@ -18,7 +19,7 @@ func fiftyRules(b testing.TB) *Policy {
 	for i := range 5 {
 		allow = append(allow, fmt.Sprintf("svc%d.allowed.test", i))
 	}
-	p, errs := FromE2B(E2B{AllowOut: allow, DenyOut: []string{AllTraffic}})
+	p, errs := egress.FromE2B(egress.E2B{AllowOut: allow, DenyOut: []string{egress.AllTraffic}})
 	if len(errs) > 0 {
 		b.Fatal(errs)
 	}

@@ -1,8 +1,9 @@
-package egress
+package nft
 
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/hearthvm/hearth/egress"
 	"net/netip"
 	"time"
 
@@ -23,7 +24,7 @@ type Options struct {
 	// namespace), "forward" where they are routed (a VM's tap).
 	Hook string
 	// Resolver, when valid, is the node's resolver for the sandbox: DNS to
-	// it (UDP and TCP port 53) is always allowed, before any rule.
+	// it (egress.UDP and egress.TCP port 53) is always allowed, before any rule.
 	Resolver netip.Addr
 }
 
@@ -36,7 +37,7 @@ func DomainSet(i int, family string) string { return fmt.Sprintf("d%d_%s", i, fa
 // caller's) with the filter's skeleton, in one netlink transaction: a base
 // chain on o.Hook that accepts loopback and DNS to o.Resolver, then jumps
 // to the (empty) policy chain, and a deny chain that rejects at once (a
-// TCP reset, else ICMP administratively prohibited), so a denied call
+// egress.TCP reset, else ICMP administratively prohibited), so a denied call
 // fails rather than hangs. With the policy chain empty everything is
 // accepted. A node prepares a warm VM as it boots: replacing a table waits
 // for the kernel's RCU grace period (milliseconds), which must not fall on
@@ -63,13 +64,13 @@ func Prepare(nsfd int, o Options) error {
 	ch := c.AddChain(&nftables.Chain{Name: "egress", Table: t, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	add := func(exprs ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs}) }
 	if hook == nftables.ChainHookOutput {
-		add(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")}, verdict(Allow))
+		add(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")}, verdict(egress.Allow))
 	}
 	if o.Resolver.IsValid() {
 		r := netip.PrefixFrom(o.Resolver.Unmap(), o.Resolver.Unmap().BitLen())
 		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 			exprs := append(append(daddrIn(r), l4proto(proto)...), dport(53, 53)...)
-			add(append(exprs, verdict(Allow))...)
+			add(append(exprs, verdict(egress.Allow))...)
 		}
 	}
 	add(&expr.Verdict{Kind: expr.VerdictJump, Chain: rulesChain})
@@ -85,7 +86,7 @@ func Prepare(nsfd int, o Options) error {
 // line decides, Otherwise ends the chain. A nil policy adds nothing
 // (everything is accepted). p must have passed Validate: a rule Apply
 // cannot express is an error, never a wider rule.
-func Apply(nsfd int, p *Policy) error {
+func Apply(nsfd int, p *egress.Policy) error {
 	if p == nil {
 		return nil
 	}
@@ -126,8 +127,8 @@ const rulesChain = "rules"
 // share a match — CIDRs without excepts (an address set per family), or
 // domains (one pinned set pair, DomainSet(first)) — or a single rule.
 type line struct {
-	action Action
-	ports  []Port
+	action egress.Action
+	ports  []egress.Port
 	// exactly one of:
 	any    bool             // every destination
 	cidr   netip.Prefix     // one CIDR with excepts
@@ -141,7 +142,7 @@ type line struct {
 
 // compile turns p into lines: runs merge, order is kept, the meaning is
 // Decide's (the kernel test checks it).
-func compile(p *Policy) ([]line, error) {
+func compile(p *egress.Policy) ([]line, error) {
 	var out []line
 	for i := 0; i < len(p.Rules); {
 		r := p.Rules[i]
@@ -154,13 +155,13 @@ func compile(p *Policy) ([]line, error) {
 				l.names = append(l.names, p.Rules[j].Domain)
 			}
 		case r.CIDR != "" && len(r.Except) > 0:
-			pfx, err := Prefix(r.CIDR)
+			pfx, err := egress.Prefix(r.CIDR)
 			if err != nil {
 				return nil, fmt.Errorf("egress: rule %d: %w", i, err)
 			}
 			l.cidr = pfx
 			for _, e := range r.Except {
-				q, err := Prefix(e)
+				q, err := egress.Prefix(e)
 				if err != nil {
 					return nil, fmt.Errorf("egress: rule %d: %w", i, err)
 				}
@@ -169,7 +170,7 @@ func compile(p *Policy) ([]line, error) {
 		case r.CIDR != "":
 			var b4, b6 netipx.IPSetBuilder
 			for ; ; j++ {
-				pfx, err := Prefix(p.Rules[j-1].CIDR)
+				pfx, err := egress.Prefix(p.Rules[j-1].CIDR)
 				if err != nil {
 					return nil, fmt.Errorf("egress: rule %d: %w", j-1, err)
 				}
@@ -211,7 +212,7 @@ func compile(p *Policy) ([]line, error) {
 }
 
 // sameRun reports whether b may join a's run: one action, one port list.
-func sameRun(a, b Rule) bool {
+func sameRun(a, b egress.Rule) bool {
 	if a.Action != b.Action || len(a.Ports) != len(b.Ports) {
 		return false
 	}
@@ -298,7 +299,7 @@ func intervalElements(rs []netipx.IPRange) []nftables.SetElement {
 
 // DomainSets returns the sets the node's resolver pins an answer for name
 // into: those of every domain run with a rule matching name.
-func (p *Policy) DomainSets(name string) []int {
+func DomainSets(p *egress.Policy, name string) []int {
 	if p == nil {
 		return nil
 	}
@@ -311,7 +312,7 @@ func (p *Policy) DomainSets(name string) []int {
 		hit := false
 		j := i
 		for ; j < len(p.Rules) && p.Rules[j].Domain != "" && sameRun(r, p.Rules[j]); j++ {
-			hit = hit || MatchesName(p.Rules[j].Domain, name)
+			hit = hit || egress.MatchesName(p.Rules[j].Domain, name)
 		}
 		if hit {
 			out = append(out, i)
@@ -322,7 +323,7 @@ func (p *Policy) DomainSets(name string) []int {
 }
 
 // Pin adds addrs (the node's resolver's answer for a name) to the sets of
-// the domain run starting at rule set (Policy.DomainSets) in the namespace
+// the domain run starting at rule set (egress.Policy.DomainSets) in the namespace
 // behind nsfd, each for ttl (at least a second).
 func Pin(nsfd int, set int, addrs []netip.Addr, ttl time.Duration) error {
 	if len(addrs) == 0 {
@@ -373,8 +374,8 @@ func conn(nsfd int) (*nftables.Conn, error) {
 	return c, nil
 }
 
-func verdict(a Action) expr.Any {
-	if a == Allow {
+func verdict(a egress.Action) expr.Any {
+	if a == egress.Allow {
 		return &expr.Verdict{Kind: expr.VerdictAccept}
 	}
 	return &expr.Verdict{Kind: expr.VerdictJump, Chain: "deny"}
@@ -447,13 +448,13 @@ func daddrIn(p netip.Prefix) []expr.Any {
 
 // portMatches is a rule's protocol and port matches, one per rule line
 // (any: one empty match).
-func portMatches(ports []Port) [][]expr.Any {
+func portMatches(ports []egress.Port) [][]expr.Any {
 	if len(ports) == 0 {
 		return [][]expr.Any{nil}
 	}
 	out := make([][]expr.Any, 0, len(ports))
 	for _, pt := range ports {
-		proto := map[string]byte{TCP: unix.IPPROTO_TCP, UDP: unix.IPPROTO_UDP, SCTP: unix.IPPROTO_SCTP}[pt.Proto()]
+		proto := map[string]byte{egress.TCP: unix.IPPROTO_TCP, egress.UDP: unix.IPPROTO_UDP, egress.SCTP: unix.IPPROTO_SCTP}[pt.Proto()]
 		m := l4proto(proto)
 		if pt.Port != 0 {
 			m = append(m, dport(pt.Port, pt.Last())...)

@@ -1,8 +1,9 @@
-package egress
+package nft
 
 import (
 	"errors"
 	"fmt"
+	"github.com/hearthvm/hearth/egress"
 	"net"
 	"net/netip"
 	"os"
@@ -19,7 +20,7 @@ import (
 // testNet is two network namespaces joined by a veth pair: "sbx", where
 // the rendered filter is loaded and probes are sent (a sim sandbox's side),
 // and "world", which owns every probe address and listens on every probe
-// port, so an allowed TCP connect completes and a denied one is reset by
+// port, so an allowed egress.TCP connect completes and a denied one is reset by
 // the filter. Nothing leaves the machine: the addresses exist only there.
 type testNet struct {
 	sbx, world string
@@ -128,32 +129,32 @@ func (n *testNet) fd(t testing.TB) int {
 }
 
 // probe asks the kernel what the sandbox side's filter does to one packet.
-func (n *testNet) probe(t *testing.T, proto, dst string, port int32) Action {
+func (n *testNet) probe(t *testing.T, proto, dst string, port int32) egress.Action {
 	t.Helper()
 	addr := net.JoinHostPort(dst, fmt.Sprint(port))
-	return inNetns(t, n.sbx, func() (Action, error) {
+	return inNetns(t, n.sbx, func() (egress.Action, error) {
 		switch proto {
-		case UDP:
+		case egress.UDP:
 			c, err := net.Dial("udp", addr)
 			if err != nil {
 				return "", err
 			}
 			defer c.Close()
 			if _, err := c.Write([]byte("x")); errors.Is(err, syscall.EPERM) {
-				return Deny, nil
+				return egress.Deny, nil
 			} else if err != nil {
 				return "", err
 			}
-			return Allow, nil
+			return egress.Allow, nil
 		default:
 			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
 			if errors.Is(err, syscall.ECONNREFUSED) {
-				return Deny, nil
+				return egress.Deny, nil
 			} else if err != nil {
 				return "", err
 			}
 			c.Close()
-			return Allow, nil
+			return egress.Allow, nil
 		}
 	})
 }
@@ -164,7 +165,7 @@ func (n *testNet) probe(t *testing.T, proto, dst string, port int32) Action {
 // fills them) is the one Decide gives.
 func TestApply_KernelAgreesWithDecide(t *testing.T) {
 	n := startTestNet(t)
-	e2b, errs := FromE2B(E2B{DenyOut: []string{AllTraffic}, AllowOut: []string{"203.0.113.7", "allowed.test", "*.wild.test"}})
+	e2b, errs := egress.FromE2B(egress.E2B{DenyOut: []string{egress.AllTraffic}, AllowOut: []string{"203.0.113.7", "allowed.test", "*.wild.test"}})
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -172,37 +173,37 @@ func TestApply_KernelAgreesWithDecide(t *testing.T) {
 	resolved := map[string][]string{"198.18.1.1": {"allowed.test"}, "2001:db8:1::9": {"a.wild.test"}, "198.51.100.9": {"denied.test"}}
 	for _, tc := range []struct {
 		name string
-		p    *Policy
+		p    *egress.Policy
 	}{
 		{"none", nil},
-		{"agent-sandbox default", Default()},
+		{"agent-sandbox default", egress.Default()},
 		{"e2b allow-list with domains", e2b},
-		{"e2b specific deny", &Policy{Otherwise: Allow, Rules: []Rule{{Action: Deny, CIDR: "203.0.113.0/24"}, {Action: Deny, CIDR: "fd00::/8"}}}},
-		{"ordered with ports and except", &Policy{Otherwise: Deny, Rules: []Rule{
-			{Action: Allow, CIDR: "203.0.113.7"},
-			{Action: Deny, CIDR: "203.0.113.0/24"},
-			{Action: Allow, CIDR: "198.18.0.0/15", Except: []string{"198.18.5.0/24"}, Ports: []Port{{Protocol: UDP, Port: 1000, EndPort: 2000}, {Port: 443}}},
-			{Action: Allow, Domain: "*.wild.test", Ports: []Port{{Port: 80}}},
-			{Action: Allow, CIDR: "2001:db8::/48", Ports: []Port{{Protocol: TCP}}},
+		{"e2b specific deny", &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{{Action: egress.Deny, CIDR: "203.0.113.0/24"}, {Action: egress.Deny, CIDR: "fd00::/8"}}}},
+		{"ordered with ports and except", &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{
+			{Action: egress.Allow, CIDR: "203.0.113.7"},
+			{Action: egress.Deny, CIDR: "203.0.113.0/24"},
+			{Action: egress.Allow, CIDR: "198.18.0.0/15", Except: []string{"198.18.5.0/24"}, Ports: []egress.Port{{Protocol: egress.UDP, Port: 1000, EndPort: 2000}, {Port: 443}}},
+			{Action: egress.Allow, Domain: "*.wild.test", Ports: []egress.Port{{Port: 80}}},
+			{Action: egress.Allow, CIDR: "2001:db8::/48", Ports: []egress.Port{{Protocol: egress.TCP}}},
 		}}},
-		{"runs merged into sets", &Policy{Otherwise: Deny, Rules: []Rule{
-			{Action: Deny, CIDR: "203.0.113.8"},
-			{Action: Allow, CIDR: "203.0.113.0/25"},
-			{Action: Allow, CIDR: "203.0.113.64/26"}, // inside the one before
-			{Action: Allow, CIDR: "198.18.0.0/16"},
-			{Action: Allow, CIDR: "198.19.0.0/16"}, // adjacent
-			{Action: Allow, CIDR: "240.0.0.0/4"},   // ends at the last address
-			{Action: Allow, CIDR: "2001:db8::5"},
-			{Action: Deny, Domain: "denied.test"},
-			{Action: Deny, Domain: "*.wild.test"},
-			{Action: Allow, CIDR: "0.0.0.0/0", Ports: []Port{{Protocol: UDP}}},
-			{Action: Allow, CIDR: "10.0.0.0/8", Ports: []Port{{Protocol: UDP}}},
-			{Action: Allow, Domain: "allowed.test"},
+		{"runs merged into sets", &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{
+			{Action: egress.Deny, CIDR: "203.0.113.8"},
+			{Action: egress.Allow, CIDR: "203.0.113.0/25"},
+			{Action: egress.Allow, CIDR: "203.0.113.64/26"}, // inside the one before
+			{Action: egress.Allow, CIDR: "198.18.0.0/16"},
+			{Action: egress.Allow, CIDR: "198.19.0.0/16"}, // adjacent
+			{Action: egress.Allow, CIDR: "240.0.0.0/4"},   // ends at the last address
+			{Action: egress.Allow, CIDR: "2001:db8::5"},
+			{Action: egress.Deny, Domain: "denied.test"},
+			{Action: egress.Deny, Domain: "*.wild.test"},
+			{Action: egress.Allow, CIDR: "0.0.0.0/0", Ports: []egress.Port{{Protocol: egress.UDP}}},
+			{Action: egress.Allow, CIDR: "10.0.0.0/8", Ports: []egress.Port{{Protocol: egress.UDP}}},
+			{Action: egress.Allow, Domain: "allowed.test"},
 		}}},
-		{"allow all but a deny run", &Policy{Otherwise: Allow, Rules: []Rule{
-			{Action: Deny, CIDR: "::/0"},
-			{Action: Deny, CIDR: "10.0.0.0/8"},
-			{Action: Deny, CIDR: "169.254.169.254"},
+		{"allow all but a deny run", &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{
+			{Action: egress.Deny, CIDR: "::/0"},
+			{Action: egress.Deny, CIDR: "10.0.0.0/8"},
+			{Action: egress.Deny, CIDR: "169.254.169.254"},
 		}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,7 +216,7 @@ func TestApply_KernelAgreesWithDecide(t *testing.T) {
 			}
 			for dst, names := range resolved {
 				for _, name := range names {
-					for _, set := range tc.p.DomainSets(name) {
+					for _, set := range DomainSets(tc.p, name) {
 						if err := Pin(ns, set, []netip.Addr{netip.MustParseAddr(dst)}, time.Hour); err != nil {
 							t.Fatal(err)
 						}
@@ -223,7 +224,7 @@ func TestApply_KernelAgreesWithDecide(t *testing.T) {
 				}
 			}
 			for _, dst := range probeAddrs {
-				for _, proto := range []string{TCP, UDP} {
+				for _, proto := range []string{egress.TCP, egress.UDP} {
 					for _, port := range probePorts {
 						want := tc.p.Decide(netip.MustParseAddr(dst), proto, port, resolved[dst])
 						if got := n.probe(t, proto, dst, port); got != want {

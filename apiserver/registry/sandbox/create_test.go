@@ -12,7 +12,6 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
-	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 )
@@ -30,12 +29,12 @@ func (f *nameFleet) Held(_ context.Context, ref string) (nodeapi.Sandbox, bool) 
 	return nodeapi.Sandbox{ID: "sb_old", Node: "n1", ClaimRef: ref}, f.held[ref]
 }
 
-func (f *nameFleet) Claim(_ context.Context, req fleet.Request) (nodeapi.Sandbox, error) {
-	f.claims = append(f.claims, req.Ref)
-	if f.refused[req.Ref] {
+func (f *nameFleet) Claim(_ context.Context, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
+	f.claims = append(f.claims, req.ClaimRef)
+	if f.refused[req.ClaimRef] {
 		return nodeapi.Sandbox{}, &nodeapi.HTTPError{Status: 409, Message: "claim_ref held"}
 	}
-	return nodeapi.Sandbox{ID: "sb_new", Node: "n1", ClaimRef: req.Ref, Template: req.Key.Template,
+	return nodeapi.Sandbox{ID: "sb_new", Node: "n1", ClaimRef: req.ClaimRef, Template: req.Template,
 		ClaimedAt: time.Now(), Deadline: time.Now().Add(time.Minute), Object: req.Object}, nil
 }
 

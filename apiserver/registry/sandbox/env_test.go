@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
-	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 )
@@ -21,7 +20,7 @@ type envFleet struct {
 	env []map[string]string
 }
 
-func (f *envFleet) Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandbox, error) {
+func (f *envFleet) Claim(ctx context.Context, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
 	f.env = append(f.env, req.Env)
 	return f.nameFleet.Claim(ctx, req)
 }

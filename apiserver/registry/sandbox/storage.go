@@ -37,7 +37,7 @@ import (
 type Fleet interface {
 	// Claim routes a warm claim; the delivery is visible to ByRef and
 	// LiveByRef at once (the fleet's claim-time index).
-	Claim(ctx context.Context, req fleet.Request) (nodeapi.Sandbox, error)
+	Claim(ctx context.Context, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error)
 	ByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error)
 	// LiveByRef and LiveByID ask the nodes, ignoring the published view.
 	LiveByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error)
@@ -201,6 +201,8 @@ func (s *sandboxStorage) create(ctx context.Context, in *sandboxv1beta1.Sandbox,
 		return nil, err
 	}
 	ref := out.Namespace + "/" + out.Name
+	req := nodeapi.ClaimFor(key, ref)
+	req.TTLSeconds, req.Env, req.Object = ttl, env, rec
 	if held, ok := s.fleet.Held(ctx, ref); ok {
 		return nil, alreadyExists(out.Name, held)
 	}
@@ -208,7 +210,7 @@ func (s *sandboxStorage) create(ctx context.Context, in *sandboxv1beta1.Sandbox,
 	// if the client goes away, so its outcome is known; a delivery nobody
 	// will receive is released (fleet.Detached).
 	sbs, err := fleet.Detached(ctx, s.fleet, func(cctx context.Context) ([]nodeapi.Sandbox, error) {
-		sb, err := s.fleet.Claim(cctx, fleet.Request{Key: key, TTLSeconds: ttl, Ref: ref, Env: env, Object: rec})
+		sb, err := s.fleet.Claim(cctx, req)
 		if err != nil {
 			return nil, err
 		}

@@ -53,7 +53,7 @@ func NodeClaims(ctx context.Context, cfg Config) error {
 			return err
 		}},
 		{Name: "fleet router, 4 nodes (fleet.NodeFleet)", Claim: func(ctx context.Context, ref string) error {
-			_, err := fl.Claim(ctx, fleet.Request{Key: Key, Ref: ref})
+			_, err := fl.Claim(ctx, nodeapi.ClaimFor(Key, ref))
 			return err
 		}},
 	}

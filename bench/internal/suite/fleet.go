@@ -14,8 +14,8 @@ import (
 	"github.com/hearthvm/hearth/bench/internal/simfleet"
 	"github.com/hearthvm/hearth/bench/internal/stats"
 	"github.com/hearthvm/hearth/bench/internal/synth"
-	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 // etcdMaxRequest is etcd's default request size limit (--max-request-bytes).
@@ -168,7 +168,7 @@ func FleetSim(ctx context.Context, cfg Config) error {
 	goruntime.GC()
 	goruntime.ReadMemStats(&ms0)
 	l := run(ctx, total, 32, func(ctx context.Context, i int) error {
-		_, err := sys.Router.Claim(ctx, fleet.Request{Key: Key, Ref: fmt.Sprintf("fleet-%02d/sbx-%06d", i%16, i)})
+		_, err := sys.Router.Claim(ctx, nodeapi.ClaimFor(Key, fmt.Sprintf("fleet-%02d/sbx-%06d", i%16, i)))
 		return err
 	})
 	if l.errs > 0 {
