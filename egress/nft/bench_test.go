@@ -2,10 +2,11 @@ package nft
 
 import (
 	"fmt"
-	"github.com/hearthvm/hearth/egress"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/hearthvm/hearth/egress"
 )
 
 // fiftyRules is the measured policy: an e2b allow-list of 45

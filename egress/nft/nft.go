@@ -3,7 +3,6 @@ package nft
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/hearthvm/hearth/egress"
 	"net/netip"
 	"time"
 
@@ -11,6 +10,8 @@ import (
 	"github.com/google/nftables/expr"
 	"go4.org/netipx"
 	"golang.org/x/sys/unix"
+
+	"github.com/hearthvm/hearth/egress"
 )
 
 // Table is the nftables table (family inet) a node's egress filter lives

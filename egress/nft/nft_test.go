@@ -3,7 +3,6 @@ package nft
 import (
 	"errors"
 	"fmt"
-	"github.com/hearthvm/hearth/egress"
 	"net"
 	"net/netip"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hearthvm/hearth/egress"
 )
 
 // testNet is two network namespaces joined by a veth pair: "sbx", where
