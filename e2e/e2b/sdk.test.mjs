@@ -208,6 +208,7 @@ test('lifecycle onTimeout pause: paused, not killed, at its timeout; connect res
   t.after(async () => { await sandbox.kill().catch(() => {}) })
   await sandbox.files.write('hearth-sdk/kept.txt', 'kept')
   const bg = await sandbox.commands.run('sleep 600', { background: true })
+  const boot = await bootId(sandbox)
   assert.equal((await sandbox.getInfo()).lifecycle.onTimeout, 'pause')
 
   let state
@@ -222,6 +223,7 @@ test('lifecycle onTimeout pause: paused, not killed, at its timeout; connect res
   const again = await Sandbox.connect(sandbox.sandboxId, { timeoutMs: 60_000 })
   assert.equal((await again.getInfo()).state, 'running')
   assert.equal(await again.files.read('hearth-sdk/kept.txt'), 'kept')
+  assert.equal(await bootId(again), boot, 'a pause with memory is the same boot')
   const procs = await again.commands.list()
   assert.ok(procs.some((p) => p.pid === bg.pid), `process ${bg.pid} survived the pause: ${JSON.stringify(procs.map((p) => p.pid))}`)
 })
@@ -240,19 +242,55 @@ test('lifecycle autoResume: a data-plane request resumes the auto-paused sandbox
   assert.equal((await sandbox.getInfo()).state, 'running')
 })
 
-test('pause({keepMemory: false}) keeps the file system only; connect restarts the sandbox from it', async (t) => {
+// bootId is the guest kernel's boot id: a new one at every boot.
+async function bootId (sandbox) {
+  const r = await sandbox.commands.run('cat /proc/sys/kernel/random/boot_id')
+  const id = r.stdout.trim()
+  assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/)
+  return id
+}
+
+// e2b's own test of the same name: pause({keepMemory: false}) keeps the
+// file system only; connect boots the sandbox again from it.
+test('filesystem-only pause reboots on resume but keeps the filesystem', async (t) => {
   const sandbox = await Sandbox.create(template)
   t.after(async () => { await sandbox.kill().catch(() => {}) })
   await sandbox.files.write('hearth-sdk/disk.txt', 'on disk')
   const bg = await sandbox.commands.run('sleep 600', { background: true })
+  const before = await bootId(sandbox)
   assert.equal(await sandbox.pause({ keepMemory: false }), true)
   assert.equal((await sandbox.getInfo()).state, 'paused')
   assert.equal(await sandbox.pause({ keepMemory: false }), false)
 
   const again = await Sandbox.connect(sandbox.sandboxId)
   assert.equal((await again.getInfo()).state, 'running')
+  assert.notEqual(await bootId(again), before, 'a filesystem-only pause reboots the sandbox')
   assert.equal(await again.files.read('hearth-sdk/disk.txt'), 'on disk')
   assert.equal((await again.commands.run('echo back')).stdout, 'back\n')
+  const procs = await again.commands.list()
+  assert.ok(!procs.some((p) => p.pid === bg.pid), 'processes do not survive a pause without memory')
+})
+
+// e2b's own test of the same name: the timeout's pause without memory
+// (onTimeout {action: 'pause', keepMemory: false}) keeps the file system
+// only; connect boots the sandbox again from it.
+test('filesystem-only auto-pause reboots on connect', async (t) => {
+  const sandbox = await Sandbox.create(template, { timeoutMs: 2_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
+  t.after(async () => { await sandbox.kill().catch(() => {}) })
+  await sandbox.files.write('hearth-sdk/auto.txt', 'kept')
+  const bg = await sandbox.commands.run('sleep 600', { background: true })
+  const before = await bootId(sandbox)
+  let state
+  for (let i = 0; i < 100 && state !== 'paused'; i++) {
+    await new Promise((r) => setTimeout(r, 100))
+    state = (await Sandbox.getInfo(sandbox.sandboxId)).state
+  }
+  assert.equal(state, 'paused', 'the timeout paused the sandbox')
+
+  const again = await Sandbox.connect(sandbox.sandboxId, { timeoutMs: 60_000 })
+  assert.equal((await again.getInfo()).state, 'running')
+  assert.notEqual(await bootId(again), before, 'a filesystem-only auto-pause reboots the sandbox')
+  assert.equal(await again.files.read('hearth-sdk/auto.txt'), 'kept')
   const procs = await again.commands.list()
   assert.ok(!procs.some((p) => p.pid === bg.pid), 'processes do not survive a pause without memory')
 })
