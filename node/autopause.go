@@ -61,7 +61,7 @@ func (n *Node) pauseAtTimeout(ctx context.Context, id string) bool {
 		}
 		var err error
 		if life.PauseWithoutMemory {
-			h, err = n.driver.Stop(ctx, h)
+			h, err = n.stopWithoutMemory(ctx, h)
 		} else {
 			h, err = n.driver.Pause(ctx, h)
 		}

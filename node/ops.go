@@ -230,7 +230,7 @@ func (n *Node) pause(ctx context.Context, id string, pause, keepMemory bool) err
 		case pause && keepMemory:
 			h, err = n.driver.Pause(ctx, h)
 		case pause:
-			h, err = n.driver.Stop(ctx, h)
+			h, err = n.stopWithoutMemory(ctx, h)
 		case stopped:
 			h, err = n.driver.Restore(ctx, h)
 		default:
@@ -255,6 +255,16 @@ func (n *Node) pause(ctx context.Context, id string, pause, keepMemory bool) err
 		}
 		return nil
 	})
+}
+
+// stopWithoutMemory ends h keeping only its disk, so that Restore boots it
+// again: the driver's Shutdown (vmm.Shutdowner) where it has one, whose
+// Stop would keep the memory; else its Stop.
+func (n *Node) stopWithoutMemory(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
+	if sd, ok := n.driver.(vmm.Shutdowner); ok {
+		return sd.Shutdown(ctx, h)
+	}
+	return n.driver.Stop(ctx, h)
 }
 
 func (n *Node) renew(id string, ttl int64) (time.Time, error) {

@@ -125,6 +125,16 @@ type Driver interface {
 	List(ctx context.Context) ([]Handle, error)
 }
 
+// Shutdowner is implemented by drivers whose Stop keeps a VM's memory
+// (qemu's checkpoints it). Shutdown ends h's processes keeping only its
+// disk, flushed by the guest first; Restore then boots the VM again from
+// that disk: a new boot (a new kernel boot id), no process survives. The
+// node pauses without memory through Shutdown, or through Stop on a driver
+// without it (sim's Stop keeps only the disk: its Restore is a new boot).
+type Shutdowner interface {
+	Shutdown(ctx context.Context, h Handle) (Handle, error)
+}
+
 // PortDialer is implemented by drivers that can connect the node to any TCP
 // port of a guest (127.0.0.1:port inside the VM), e.g. to route e2b's
 // host-based URLs to sandbox ports. Handle.Addr stays the way to the agent.

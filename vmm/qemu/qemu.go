@@ -246,6 +246,8 @@ type record struct {
 	// DiskBase is the read-only base image under Machine.Disk's chain.
 	DiskBase string   `json:"disk_base,omitempty"`
 	Spec     vmm.Spec `json:"spec"`
+	// Shutdown: Shutdown left only the disk; Restore boots it again.
+	Shutdown bool `json:"shutdown,omitempty"`
 }
 
 // manifest is a checkpoint's snapshot.json.
@@ -489,6 +491,9 @@ func (d *Driver) Restore(ctx context.Context, h vmm.Handle) (vmm.Handle, error) 
 		}
 		rec.Handle.Paused = !st.Running
 		return rec.Handle, uds.WriteJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec)
+	}
+	if rec.Shutdown {
+		return d.bootAgain(ctx, rec)
 	}
 	src := filepath.Join(rec.Handle.Dir, "stopped")
 	man, err := readManifest(src)
