@@ -29,8 +29,9 @@ type record struct {
 	Object nodeapi.Object `json:"object,omitempty"`
 	// Lifecycle is what the lease's end does (see autopause.go).
 	Lifecycle nodeapi.Lifecycle `json:"lifecycle,omitempty"`
-	// Stopped marks a pause without memory: the VM is stopped
-	// (vmm.Driver.Stop) and a resume restores it; never set unless Paused.
+	// Stopped marks a pause without memory: the VM is stopped keeping
+	// only its disk (the driver's vmm.Shutdowner, else vmm.Driver.Stop)
+	// and a resume restores it, a new boot; never set unless Paused.
 	Stopped bool `json:"stopped,omitempty"`
 	// Tree is the id of the root of the fork tree a fork child belongs
 	// to, Depth its generation below it (empty and 0 for a root; see Quota).

@@ -50,6 +50,14 @@
 //   - The guest's disk is its base image's size (package backends builds
 //     a template's at the node's --disk-size); the overlay takes at most
 //     that much of the host's disk, plus qcow2 metadata.
+//   - Stop (the node's orderly shutdown) checkpoints the VM with its
+//     memory into <dir>/stopped; Restore brings it back as it was.
+//     Shutdown (vmm.Shutdowner: the node's pause without memory) keeps
+//     only the disk: the guest runs sync as root through its agent
+//     (bounded by 30 s; past it, or if the guest's agent does not answer,
+//     the disk holds what the guest flushed), QEMU quits, flushing
+//     disk.qcow2, and Restore cold-boots the VM from that disk with fresh
+//     RAM — a new boot (a new boot_id), no process of the old one.
 //   - Clone starts QEMU with -incoming from a checkpoint over a fresh
 //     overlay of the checkpoint's disk, then — before returning — hands the
 //     guest agent the clone's own token through POST /hearth/identity
