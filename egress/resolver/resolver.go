@@ -1,0 +1,242 @@
+// Package resolver is the DNS resolver a node runs for each sandbox with
+// an egress policy: the only name resolution its domain rules trust.
+//
+// It answers a name only when the policy could allow traffic for it (the
+// first domain rule matching the name allows it, or no domain rule
+// matches and the policy's Otherwise is allow); any other query is
+// REFUSED without being forwarded, so a guest cannot carry data out in
+// the names it asks for (DNS exfiltration through the node's upstream).
+// An answered query is forwarded to the node's upstream servers, and the
+// A and AAAA records of the answer (at the end of any CNAME chain) are
+// pinned into the filter's sets of every domain run matching the name
+// (Config.Pin) before the answer is returned, each for its TTL but at
+// least MinPin: the guest can connect to what it was told as soon as it
+// is told. Names are matched case-insensitively; only standard queries
+// of one question in class IN are answered (others: NOTIMP or FORMERR).
+//
+// Trade-off (docs/API.md): a domain rule allows the addresses its name
+// resolved to, for any host name or SNI sent to them — a CDN address
+// shared by an allowed and a denied site reaches both. The alternative,
+// an SNI/Host-inspecting proxy, reads only TLS and HTTP and breaks
+// everything else; the resolver covers every protocol and never
+// terminates the guest's TLS.
+//
+// The resolver serves sockets its caller opened (in the sandbox's network
+// namespace, on a port below 1024 the guest cannot bind first); it holds
+// no state but its policy, so a node restart re-creates it from the
+// sandbox's record.
+package resolver
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/hearthvm/hearth/egress"
+)
+
+// MinPin is the shortest a resolved address stays pinned: clients cache
+// answers a little past their TTL, and a zero-TTL answer must still be
+// usable for the connect that follows it.
+const MinPin = 30 * time.Second
+
+// MaxInFlight bounds the queries one resolver forwards at once; past it a
+// query is answered SERVFAIL (a guest cannot make the node flood its
+// upstream).
+const MaxInFlight = 32
+
+// Config configures one sandbox's resolver.
+type Config struct {
+	// Policy is the sandbox's egress policy; nil refuses every query
+	// until SetPolicy.
+	Policy *egress.Policy
+	// Upstream are the servers ("host:port") queries are forwarded to, in
+	// order of preference.
+	Upstream []string
+	// Sets returns the filter sets an answer for name is pinned into
+	// (nft.DomainSets of the policy).
+	Sets func(p *egress.Policy, name string) []int
+	// Pin adds addrs to set for ttl (nft.Pin in the sandbox's namespace).
+	Pin func(set int, addrs []netip.Addr, ttl time.Duration) error
+	// Timeout bounds one upstream exchange; default 3s.
+	Timeout time.Duration
+}
+
+// Resolver serves one sandbox.
+type Resolver struct {
+	cfg     Config
+	mu      sync.RWMutex
+	policy  *egress.Policy
+	slots   chan struct{}
+	servers []*dns.Server
+}
+
+// New returns a resolver for cfg; Serve starts it.
+func New(cfg Config) *Resolver {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 3 * time.Second
+	}
+	return &Resolver{cfg: cfg, policy: cfg.Policy, slots: make(chan struct{}, MaxInFlight)}
+}
+
+// SetPolicy replaces the policy (a warm VM's resolver learns it at claim).
+func (r *Resolver) SetPolicy(p *egress.Policy) {
+	r.mu.Lock()
+	r.policy = p
+	r.mu.Unlock()
+}
+
+// Serve answers on udp and tcp (either may be nil) until Close.
+func (r *Resolver) Serve(udp net.PacketConn, tcp net.Listener) {
+	h := dns.HandlerFunc(r.handle)
+	r.mu.Lock()
+	if udp != nil {
+		r.servers = append(r.servers, &dns.Server{PacketConn: udp, Handler: h, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	}
+	if tcp != nil {
+		r.servers = append(r.servers, &dns.Server{Listener: tcp, Handler: h, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+			IdleTimeout: func() time.Duration { return 5 * time.Second }, MaxTCPQueries: 64})
+	}
+	servers := append([]*dns.Server(nil), r.servers...)
+	r.mu.Unlock()
+	for _, s := range servers {
+		go func() { _ = s.ActivateAndServe() }()
+	}
+}
+
+// Close stops serving and closes the sockets.
+func (r *Resolver) Close() {
+	r.mu.Lock()
+	servers := r.servers
+	r.servers = nil
+	r.mu.Unlock()
+	for _, s := range servers {
+		_ = s.Shutdown()
+	}
+}
+
+// Allows reports whether p lets the resolver answer name: the first
+// domain rule matching it allows, or none matches and Otherwise allows.
+func Allows(p *egress.Policy, name string) bool {
+	if p == nil {
+		return false
+	}
+	for _, rule := range p.Rules {
+		if rule.Domain != "" && egress.MatchesName(rule.Domain, name) {
+			return rule.Action == egress.Allow
+		}
+	}
+	return p.Otherwise == egress.Allow
+}
+
+func (r *Resolver) handle(w dns.ResponseWriter, q *dns.Msg) {
+	reply := func(rcode int) {
+		m := new(dns.Msg)
+		m.SetRcode(q, rcode)
+		_ = w.WriteMsg(m)
+	}
+	if q.Opcode != dns.OpcodeQuery {
+		reply(dns.RcodeNotImplemented)
+		return
+	}
+	if len(q.Question) != 1 || q.Question[0].Qclass != dns.ClassINET {
+		reply(dns.RcodeFormatError)
+		return
+	}
+	name := strings.ToLower(strings.TrimSuffix(q.Question[0].Name, "."))
+	r.mu.RLock()
+	p := r.policy
+	r.mu.RUnlock()
+	if !Allows(p, name) {
+		reply(dns.RcodeRefused)
+		return
+	}
+	select {
+	case r.slots <- struct{}{}:
+		defer func() { <-r.slots }()
+	default:
+		reply(dns.RcodeServerFailure)
+		return
+	}
+	ans, err := r.forward(q)
+	if err != nil {
+		reply(dns.RcodeServerFailure)
+		return
+	}
+	if err := r.pin(p, name, ans); err != nil {
+		// Never tell the guest an address the filter does not hold.
+		reply(dns.RcodeServerFailure)
+		return
+	}
+	ans.Id = q.Id
+	_ = w.WriteMsg(ans)
+}
+
+// forward asks the upstream servers in turn (over TCP when an answer is
+// truncated).
+func (r *Resolver) forward(q *dns.Msg) (*dns.Msg, error) {
+	out := q.Copy()
+	out.Id = dns.Id()
+	var last error = errors.New("resolver: no upstream")
+	for _, up := range r.cfg.Upstream {
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+		c := &dns.Client{Net: "udp"}
+		ans, _, err := c.ExchangeContext(ctx, out, up)
+		if err == nil && ans.Truncated {
+			c.Net = "tcp"
+			ans, _, err = c.ExchangeContext(ctx, out, up)
+		}
+		cancel()
+		if err == nil {
+			return ans, nil
+		}
+		last = err
+	}
+	return nil, last
+}
+
+// pin adds the answer's addresses to the sets of name's domain runs.
+func (r *Resolver) pin(p *egress.Policy, name string, ans *dns.Msg) error {
+	if r.cfg.Sets == nil || r.cfg.Pin == nil {
+		return nil
+	}
+	sets := r.cfg.Sets(p, name)
+	if len(sets) == 0 {
+		return nil
+	}
+	var addrs []netip.Addr
+	ttl := uint32(0)
+	for _, rr := range ans.Answer {
+		var ip net.IP
+		switch v := rr.(type) {
+		case *dns.A:
+			ip = v.A
+		case *dns.AAAA:
+			ip = v.AAAA
+		default:
+			continue
+		}
+		a, ok := netip.AddrFromSlice(ip)
+		if !ok {
+			continue
+		}
+		addrs = append(addrs, a.Unmap())
+		ttl = max(ttl, rr.Header().Ttl)
+	}
+	if len(addrs) == 0 {
+		return nil
+	}
+	d := max(time.Duration(ttl)*time.Second, MinPin)
+	for _, s := range sets {
+		if err := r.cfg.Pin(s, addrs, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
