@@ -53,8 +53,8 @@ const MaxInFlight = 32
 
 // Config configures one sandbox's resolver.
 type Config struct {
-	// Policy is the sandbox's egress policy; nil refuses every query
-	// until SetPolicy.
+	// Policy is the sandbox's egress policy; nil answers every name (the
+	// egress lane without a policy, and a warm VM before its claim).
 	Policy *egress.Policy
 	// Upstream are the servers ("host:port") queries are forwarded to, in
 	// order of preference.
@@ -122,10 +122,11 @@ func (r *Resolver) Close() {
 }
 
 // Allows reports whether p lets the resolver answer name: the first
-// domain rule matching it allows, or none matches and Otherwise allows.
+// domain rule matching it allows, or none matches and Otherwise allows. A
+// nil policy (the egress lane without one) answers everything.
 func Allows(p *egress.Policy, name string) bool {
 	if p == nil {
-		return false
+		return true
 	}
 	for _, rule := range p.Rules {
 		if rule.Domain != "" && egress.MatchesName(rule.Domain, name) {
