@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -93,19 +95,15 @@ func (d *dev) mustKubectl(t *testing.T, args ...string) string {
 	return out
 }
 
+// eventually is require.EventuallyWithT polling cond every 200 ms: on
+// failure it names what and cond's last answer. cond runs on testify's
+// goroutine, so a t.Fatal in it fails the test at the deadline.
 func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s (last: %s)", what, within, last)
-		}
-		time.Sleep(200 * time.Millisecond) // poll interval
-	}
+		assert.True(c, ok, "%s: not within %s (last: %s)", what, within, last)
+	}, within, 200*time.Millisecond)
 }
 
 func (d *dev) readyReplicas(t *testing.T) func() (int, string) {

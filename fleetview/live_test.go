@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/hearthvm/hearth/inventory"
@@ -94,21 +95,10 @@ func (x *liveNode) fill(t testing.TB, warm int32) {
 	if _, err := x.client.PutPools(context.Background(), []nodeapi.PoolSpec{{Template: "img", Warm: warm}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		info, err := x.client.Info(context.Background())
 		return err == nil && len(info.Pools) == 1 && info.Pools[0].Warm == warm
-	})
-}
-
-func eventually(t testing.TB, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	}, 10*time.Second, 5*time.Millisecond)
 }
 
 func runLive(t testing.TB, pub Published) *Live {
@@ -159,15 +149,15 @@ func TestLive_DirectClaimAndReleaseVisibleWithinASecond(t *testing.T) {
 		t.Fatalf("claim not in the view: %+v", it)
 	}
 	t.Logf("claim visible after %v", time.Since(start))
-	eventually(t, time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		n, _ := l.View().Node("n1")
 		return len(n.Pools) == 1 && n.Pools[0].Warm <= 2
-	})
+	}, time.Second, 5*time.Millisecond)
 	start = time.Now()
 	if err := a.client.Release(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, func() bool { _, ok := byName(l, "ns/direct"); return !ok })
+	require.Eventually(t, func() bool { _, ok := byName(l, "ns/direct"); return !ok }, time.Second, 5*time.Millisecond)
 	t.Logf("release visible after %v", time.Since(start))
 }
 
@@ -179,17 +169,17 @@ func TestLive_StreamDownFallsBackToPublishedAndIsFlagged(t *testing.T) {
 	if _, err := a.client.Claim(context.Background(), nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/live"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, func() bool { _, ok := byName(l, "ns/live"); return ok })
+	require.Eventually(t, func() bool { _, ok := byName(l, "ns/live"); return ok }, time.Second, 5*time.Millisecond)
 	inv := a.n.Inventory() // what the node would publish now
 	a.stop()
-	eventually(t, 5*time.Second, func() bool { return l.Degraded() == 1 })
+	require.Eventually(t, func() bool { return l.Degraded() == 1 }, 5*time.Second, 5*time.Millisecond)
 	if st := l.Nodes(); st[0].Live || st[0].Since.IsZero() {
 		t.Fatalf("flag: %+v", st)
 	}
 	// The last publish: the view serves it for the down node.
 	inv.Entries = append(inv.Entries, inventory.Entry{Name: "ns/published-only", ID: "sb_pub", Phase: "Running"})
 	pub.Set(inv)
-	eventually(t, 2*time.Second, func() bool { _, ok := byName(l, "ns/published-only"); return ok })
+	require.Eventually(t, func() bool { _, ok := byName(l, "ns/published-only"); return ok }, 2*time.Second, 5*time.Millisecond)
 	if _, ok := byName(l, "ns/live"); !ok {
 		t.Fatal("the published object's entries replaced the node's")
 	}
@@ -208,7 +198,7 @@ func TestLive_NodeRestartResyncsWithoutDuplicatesOrLosses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, func() bool { _, ok := byName(l, "ns/gone"); return ok })
+	require.Eventually(t, func() bool { _, ok := byName(l, "ns/gone"); return ok }, time.Second, 5*time.Millisecond)
 	epoch := l.Nodes()[0].Position.Epoch
 	rv := l.Rev()
 	if err := a.client.Release(ctx, gone.ID); err != nil {
@@ -223,11 +213,11 @@ func TestLive_NodeRestartResyncsWithoutDuplicatesOrLosses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		st := l.Nodes()[0]
 		_, ok := byName(l, "ns/new")
 		return st.Live && st.Position.Epoch != epoch && ok
-	})
+	}, 10*time.Second, 5*time.Millisecond)
 	items, _ := l.List(nil)
 	got := map[string]string{}
 	for _, it := range items {

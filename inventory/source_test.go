@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -46,25 +47,14 @@ func TestSource_FollowsInventories(t *testing.T) {
 	if _, err := client.Resource(GroupVersionResource).Create(ctx, n2, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { _, ok := src.View().ByID("sb_2"); return ok })
+	require.Eventually(t, func() bool { _, ok := src.View().ByID("sb_2"); return ok }, 10*time.Second, 10*time.Millisecond)
 
 	if err := client.Resource(GroupVersionResource).Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { _, ok := src.View().ByName("ns/a"); return !ok })
+	require.Eventually(t, func() bool { _, ok := src.View().ByName("ns/a"); return !ok }, 10*time.Second, 10*time.Millisecond)
 	if got := len(src.View().Nodes()); got != 1 {
 		t.Fatalf("nodes after delete = %d, want 1", got)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/vmm/vmmtest"
 )
@@ -36,8 +38,8 @@ func TestOnTimeoutPause_PausesKeepsAndResumesWithANewLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { got, err := a.root.Get(bg, sb.ID); return err == nil && got.Paused })
-	waitFor(t, func() bool { _, err := a.root.Get(bg, killed.ID); return nodeapi.StatusOf(err) == 404 })
+	require.Eventually(t, func() bool { got, err := a.root.Get(bg, sb.ID); return err == nil && got.Paused }, waitWithin, waitTick)
+	require.Eventually(t, func() bool { _, err := a.root.Get(bg, killed.ID); return nodeapi.StatusOf(err) == 404 }, waitWithin, waitTick)
 	time.Sleep(200 * time.Millisecond) // several reaper ticks past the deadline
 	a.crash()
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/vmmtest"
@@ -114,13 +116,13 @@ func TestNode_Sim_EvictsDeadWarmVM(t *testing.T) {
 		}
 		return ""
 	}
-	waitFor(t, func() bool { return evictions() == "1" })
-	waitFor(t, func() bool {
+	require.Eventually(t, func() bool { return evictions() == "1" }, waitWithin, waitTick)
+	require.Eventually(t, func() bool {
 		w := warmIDs()
 		_, stale := w[dead.ID]
 		return !stale && len(w) == 2
-	})
-	waitFor(t, func() bool { _, err := os.Stat(dead.Dir); return os.IsNotExist(err) })
+	}, waitWithin, waitTick)
+	require.Eventually(t, func() bool { _, err := os.Stat(dead.Dir); return os.IsNotExist(err) }, waitWithin, waitTick)
 	if _, ok := warmIDs()[alive.ID]; !ok {
 		t.Fatalf("the healthy warm VM %s was evicted too", alive.ID)
 	}
@@ -301,13 +303,13 @@ func TestNode_Sim_RestoresDeadClaimedSandbox(t *testing.T) {
 	restored := func(want string, old vmm.Handle) vmm.Handle {
 		t.Helper()
 		var g nodeapi.Sandbox
-		waitFor(t, func() bool {
+		require.Eventually(t, func() bool {
 			if restores("ok") != want {
 				return false
 			}
 			g, err = tn.root.Get(bg, c1.ID)
 			return err == nil && g.AgentAddr != "" && agentHealth(g.AgentAddr) == http.StatusNoContent
-		})
+		}, waitWithin, waitTick)
 		h := handle(c1.ID)
 		if h.PID == old.PID || h.Addr != g.AgentAddr || h.ID != old.ID || h.Dir != old.Dir || h.Token != old.Token {
 			t.Fatalf("restored handle %+v, was %+v (listed addr %s)", h, old, g.AgentAddr)
@@ -349,7 +351,7 @@ func TestNode_Sim_RestoresDeadClaimedSandbox(t *testing.T) {
 	if err := tn.root.Release(bg, c1.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { _, err := os.Stat(h1.Dir); return os.IsNotExist(err) })
+	require.Eventually(t, func() bool { _, err := os.Stat(h1.Dir); return os.IsNotExist(err) }, waitWithin, waitTick)
 }
 
 // hangingAgent listens and accepts connections but never answers: a hung
@@ -424,7 +426,7 @@ func TestSweep_HungWarmAgentsAreEvicted(t *testing.T) {
 	if !strings.Contains(body, "hearth_node_warm_evictions_total 3") || !strings.Contains(body, "hearth_node_health_probe_errors_total 0") {
 		t.Fatalf("metrics: want 3 evictions and no probe errors:\n%s", grepLines(body, "hearth_node_warm_evictions_total", "hearth_node_health_probe_errors_total"))
 	}
-	waitFor(t, func() bool {
+	require.Eventually(t, func() bool {
 		w := warmIDs()
 		for id := range hung {
 			if w[id] {
@@ -432,7 +434,7 @@ func TestSweep_HungWarmAgentsAreEvicted(t *testing.T) {
 			}
 		}
 		return len(w) == 3
-	})
+	}, waitWithin, waitTick)
 	for range 3 {
 		if claimed := tn.sweepClaimed(bg, map[string]claimHealth{}); len(claimed) != 0 {
 			t.Fatalf("a hung claimed agent counted against its sandbox: %v", claimed)

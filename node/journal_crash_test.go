@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hearthvm/hearth/nodeapi"
@@ -529,7 +530,7 @@ func TestStore_CloseWaitsForTheGroupCommitInFlight(t *testing.T) {
 	<-entered
 	closed := make(chan error, 1)
 	go func() { closed <- st.close() }()
-	waitFor(t, func() bool {
+	require.Eventually(t, func() bool {
 		select {
 		case err := <-closed:
 			closed <- err
@@ -539,7 +540,7 @@ func TestStore_CloseWaitsForTheGroupCommitInFlight(t *testing.T) {
 		st.group.mu.Lock()
 		defer st.group.mu.Unlock()
 		return st.group.closed
-	})
+	}, waitWithin, waitTick)
 	select {
 	case <-closed:
 		t.Fatal("close returned while a group commit was in flight")

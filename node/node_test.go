@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 )
@@ -225,26 +227,22 @@ func TestPools_ValidationAndDrain(t *testing.T) {
 	if _, err := tn.root.PutPools(bg, pools("a", 1)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	require.Eventually(t, func() bool {
 		info, _ := tn.root.Info(bg)
 		return len(info.Pools) == 1 && info.Pools[0].Warm == 1 && drv.Len() == 1
-	})
+	}, waitWithin, waitTick)
 	if _, err := tn.root.PutPools(bg, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { info, _ := tn.root.Info(bg); return len(info.Pools) == 0 && drv.Len() == 0 })
+	require.Eventually(t, func() bool { info, _ := tn.root.Info(bg); return len(info.Pools) == 0 && drv.Len() == 0 }, waitWithin, waitTick)
 }
 
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitWithin and waitTick are the tests' require.Eventually deadline and
+// poll interval.
+const (
+	waitWithin = 30 * time.Second
+	waitTick   = 10 * time.Millisecond
+)
 
 func TestForkSnapshotClaim(t *testing.T) {
 	drv := newFakeDriver()
@@ -282,7 +280,7 @@ func TestForkSnapshotClaim(t *testing.T) {
 	if got := len(mustList(t, tn)); got != before {
 		t.Fatalf("a failed fork recorded children: %d → %d", before, got)
 	}
-	waitFor(t, func() bool { return drv.Len() <= vmsBefore+1 }) // +1: the refill of the claimed warm VM
+	require.Eventually(t, func() bool { return drv.Len() <= vmsBefore+1 }, waitWithin, waitTick) // +1: the refill of the claimed warm VM
 
 	if err := tn.root.Pause(bg, p.ID); err != nil {
 		t.Fatal(err)
@@ -375,7 +373,7 @@ func TestRenewAndReaper(t *testing.T) {
 	if d := time.Until(long.Deadline); d < 58*time.Second || d > time.Minute {
 		t.Fatalf("default lease: %v", d)
 	}
-	waitFor(t, func() bool { _, err := tn.root.Get(bg, short.ID); return nodeapi.StatusOf(err) == 404 })
+	require.Eventually(t, func() bool { _, err := tn.root.Get(bg, short.ID); return nodeapi.StatusOf(err) == 404 }, waitWithin, waitTick)
 	if _, err := tn.root.Get(bg, renewed.ID); err != nil {
 		t.Fatalf("renewed sandbox was reaped: %v", err)
 	}
@@ -413,7 +411,7 @@ func TestPublisher_IntervalRetriesAndCarriesClaims(t *testing.T) {
 		c.AdvertiseAddress = "127.0.0.1:7070"
 	})
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
-	waitFor(t, func() bool { return count() >= 1 }) // the failed first publish is retried by the tick
+	require.Eventually(t, func() bool { return count() >= 1 }, waitWithin, waitTick) // the failed first publish is retried by the tick
 	if _, err := tn.root.PutPools(bg, pools("img", 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +421,7 @@ func TestPublisher_IntervalRetriesAndCarriesClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(seen) <= c0 {
@@ -431,7 +429,7 @@ func TestPublisher_IntervalRetriesAndCarriesClaims(t *testing.T) {
 		}
 		last := seen[len(seen)-1]
 		return len(last.Entries) == 1 && last.Entries[0].ID == res.ID
-	})
+	}, waitWithin, waitTick)
 	mu.Lock()
 	last := seen[len(seen)-1]
 	mu.Unlock()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hearthvm/hearth/internal/testagent"
 	"github.com/hearthvm/hearth/nodeapi"
 )
@@ -84,10 +86,10 @@ func TestSandboxd_SurvivesKill9(t *testing.T) {
 	}
 	waitPool := func(warm int32) {
 		t.Helper()
-		waitFor(t, func() bool {
+		require.Eventually(t, func() bool {
 			info, err := c.Info(bg)
 			return err == nil && len(info.Pools) == 1 && info.Pools[0].Warm == warm && info.Pools[0].Refilling == 0
-		})
+		}, waitWithin, waitTick)
 	}
 	waitPool(2)
 	res, err := c.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/survivor"})
@@ -192,11 +194,11 @@ func TestSandboxd_DiskSizeFlagSizesEverySandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	var res nodeapi.Sandbox
-	waitFor(t, func() bool {
+	require.Eventually(t, func() bool {
 		var err error
 		res, err = c.Claim(bg, nodeapi.ClaimRequest{Template: "img"})
 		return err == nil
-	})
+	}, waitWithin, waitTick)
 	st, err := c.Stats(bg, res.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -210,5 +212,5 @@ func TestSandboxd_DiskSizeFlagSizesEverySandbox(t *testing.T) {
 	if err := d.cmd.Wait(); err != nil {
 		t.Fatalf("sandboxd exit: %v\n%s", err, d.out.String())
 	}
-	waitFor(t, func() bool { return len(loopsUnder(dataDir)) == 0 })
+	require.Eventually(t, func() bool { return len(loopsUnder(dataDir)) == 0 }, waitWithin, waitTick)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/hearthvm/hearth/internal/serve"
@@ -51,10 +52,10 @@ func TestServe_ServesAndRunsUntilCanceledThenClosesTheNode(t *testing.T) {
 	if _, err := c.PutPools(context.Background(), pools("img", 2)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	require.Eventually(t, func() bool {
 		info, err := c.Info(context.Background())
 		return err == nil && len(info.Pools) == 1 && info.Pools[0].Warm == 2
-	})
+	}, waitWithin, waitTick)
 	if st := budget.Stats(); st.Open == 0 {
 		t.Fatalf("the API's connections do not draw from the budget given: %+v", st)
 	}

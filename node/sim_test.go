@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hearthvm/hearth/internal/testagent"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/vmm"
@@ -266,8 +268,8 @@ func TestNode_Sim_EndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { _, err := tn.root.Get(bg, short.ID); return nodeapi.StatusOf(err) == 404 })
-	waitFor(t, func() bool { return agentHealth(short.AgentAddr) == 0 })
+	require.Eventually(t, func() bool { _, err := tn.root.Get(bg, short.ID); return nodeapi.StatusOf(err) == 404 }, waitWithin, waitTick)
+	require.Eventually(t, func() bool { return agentHealth(short.AgentAddr) == 0 }, waitWithin, waitTick)
 
 	// A claim with env posts it to the agent's /init before answering.
 	withEnv, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", Env: map[string]string{"GREETING": "hi"}})
@@ -354,10 +356,10 @@ func TestNode_Sim_RestartAfterCrash(t *testing.T) {
 		t.Fatalf("snapshots after restart: %+v %v", cks, err)
 	}
 	b.waitWarm(t, "img", 2)
-	waitFor(t, func() bool {
+	require.Eventually(t, func() bool {
 		info, _ := b.root.Info(bg)
 		return len(info.Pools) == 1 && info.Pools[0].Refilling == 0
-	})
+	}, waitWithin, waitTick)
 	b.mu.Lock()
 	want := b.tab.vmIDs()
 	for _, p := range b.tab.pools {

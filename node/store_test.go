@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -116,11 +117,11 @@ func TestStore_WritesArrivingDuringACommitShareTheNext(t *testing.T) {
 			errs[i] = st.commit(journalOp{key: fmt.Appendf(nil, "f%d", i), val: []byte("{}")})
 		}()
 	}
-	waitFor(t, func() bool {
+	require.Eventually(t, func() bool {
 		st.group.mu.Lock()
 		defer st.group.mu.Unlock()
 		return len(st.group.pending) == followers
-	})
+	}, waitWithin, waitTick)
 	close(release)
 	if err := <-leaderDone; err != nil {
 		t.Fatal(err)
@@ -313,11 +314,11 @@ func TestStore_ReplaysBothGenerationsWhenTheCheckpointDidNotLand(t *testing.T) {
 // returns before its leader's checkpoint).
 func journalSize(t *testing.T, st *store) int64 {
 	t.Helper()
-	waitFor(t, func() bool {
+	require.Eventually(t, func() bool {
 		st.group.mu.Lock()
 		defer st.group.mu.Unlock()
 		return !st.group.leading
-	})
+	}, waitWithin, waitTick)
 	return st.journals[st.active].size()
 }
 

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/inventory"
@@ -185,16 +187,12 @@ func Warm(t testing.TB, n *Node, template string) int32 {
 	return 0
 }
 
-// Eventually polls cond every 10ms until it holds or timeout passes.
+// Eventually polls cond every 10ms until it holds or timeout passes, then
+// fails the test with format and args: testify's require.Eventually, which
+// runs cond on its own goroutine (cond must not call t.Fatal).
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf(format, args...)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	require.Eventuallyf(t, cond, timeout, 10*time.Millisecond, format, args...)
 }
 
 // StartLive runs a fleetview.Live over f's nodes (their published

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -336,15 +337,15 @@ func TestRun_ElectedLoopReactsToPoolChanges(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	apply(t, dc, poolYAML(8))
-	waitFor(t, 20*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		p, _ := a.lastPut()
 		return len(p) == 1 && p[0].Warm == 4
-	})
+	}, 20*time.Second, 20*time.Millisecond)
 	apply(t, dc, poolYAML(2))
-	waitFor(t, 10*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		p, _ := a.lastPut()
 		return len(p) == 1 && p[0].Warm == 1
-	})
+	}, 10*time.Second, 20*time.Millisecond)
 	lease, err := dc.Resource(leases).Namespace("default").Get(ctx, "hearth-warmpool-driver", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -355,17 +356,6 @@ func TestRun_ElectedLoopReactsToPoolChanges(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitFor(t *testing.T, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", within)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 }
 
