@@ -321,6 +321,9 @@ func bindBootID(rfd, hearth int, id string) error {
 	defer unix.Close(proc)
 	rel := strings.TrimPrefix(guestBootID, "/proc/")
 	dst, err := openBeneath(proc, rel, unix.O_PATH, unix.RESOLVE_NO_XDEV)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // a kernel without sysctl: no boot id to read anywhere
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", guestBootID, err)
 	}
