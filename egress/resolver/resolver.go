@@ -204,7 +204,7 @@ func (r *Resolver) forward(q *dns.Msg) (*dns.Msg, error) {
 
 // pin adds the answer's addresses to the sets of name's domain runs.
 func (r *Resolver) pin(p *egress.Policy, name string, ans *dns.Msg) error {
-	if r.cfg.Sets == nil || r.cfg.Pin == nil {
+	if p == nil || r.cfg.Sets == nil || r.cfg.Pin == nil {
 		return nil
 	}
 	sets := r.cfg.Sets(p, name)
