@@ -80,15 +80,12 @@ func lifecycleOf(req createRequest) (nodeapi.Lifecycle, error) {
 	return l, nil
 }
 
-// Limits on what a create carries (the body as a whole is bounded by
-// maxBodyBytes).
-const (
-	maxTemplateIDLen = 512
-	maxEnvBytes      = 64 << 10 // names and values of envVars, summed
-	maxEnvVars       = 1000
-)
+// maxTemplateIDLen bounds a create's templateID (the body as a whole is
+// bounded by maxBodyBytes).
+const maxTemplateIDLen = 512
 
-// validateCreate checks a create's fields before anything is claimed.
+// validateCreate checks a create's templateID; the claim it becomes is
+// checked by nodeapi.ClaimRequest.Validate (docs/API.md#claim-rules).
 func validateCreate(req createRequest) error {
 	id := req.TemplateID
 	if strings.TrimSpace(id) == "" {
@@ -96,29 +93,6 @@ func validateCreate(req createRequest) error {
 	}
 	if len(id) > maxTemplateIDLen || strings.IndexFunc(id, unicode.IsControl) >= 0 || !utf8.ValidString(id) {
 		return fmt.Errorf("templateID %.64q is not a valid template or snapshot id", id)
-	}
-	if len(req.EnvVars) > maxEnvVars {
-		return fmt.Errorf("envVars has %d entries (at most %d)", len(req.EnvVars), maxEnvVars)
-	}
-	n := 0
-	for k, v := range req.EnvVars {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return fmt.Errorf("envVars name %.64q is invalid", k)
-		}
-		n += len(k) + len(v)
-	}
-	if n > maxEnvBytes {
-		return fmt.Errorf("envVars total %d bytes (at most %d)", n, maxEnvBytes)
-	}
-	// The node's bounds (nodeapi.MaxMetadataKeys, MaxMetadataBytes), as 400.
-	if len(req.Metadata) > nodeapi.MaxMetadataKeys {
-		return fmt.Errorf("metadata has %d keys (at most %d)", len(req.Metadata), nodeapi.MaxMetadataKeys)
-	}
-	if _, ok := req.Metadata[""]; ok {
-		return errors.New("metadata has an empty key")
-	}
-	if n := nodeapi.MetadataBytes(req.Metadata); n > nodeapi.MaxMetadataBytes {
-		return fmt.Errorf("metadata total %d bytes (at most %d)", n, nodeapi.MaxMetadataBytes)
 	}
 	return nil
 }
@@ -132,6 +106,23 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	life, err := lifecycleOf(req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	// The claim, checked against the claim rules before any node is asked
+	// (lease bounds, templates): every breach is e2b's 400. The key's
+	// namespace; labelled for e2b, which makes the node record the claim
+	// as e2b's (visible; nodeapi.Lifecycle.E2B), as its fork children and
+	// snapshot clones are. The label stays for display.
+	freq := nodeapi.ClaimFor(pool.Key{}, g.namespaceOf(r.Context())+"/"+newClaimName())
+	freq.Env, freq.Metadata, freq.Lifecycle = req.EnvVars, req.Metadata, life
+	freq.Object = nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}
+	if errs := freq.Validate(); len(errs) > 0 {
+		writeError(w, http.StatusBadRequest, "%v", errs.ToAggregate())
+		return
+	}
 	ttl, ok := g.leaseSeconds(r.Context(), req.Timeout)
 	if !ok {
 		writeError(w, http.StatusBadRequest, "timeout must be >= 0, got %d", *req.Timeout)
@@ -140,26 +131,16 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if g.tooLong(w, r, req.Timeout) {
 		return
 	}
-	life, err := lifecycleOf(req)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	var key pool.Key // none for a snapshot's id: the snapshot's is the clone's
-	if !isSnapshotID(req.TemplateID) {
+	freq.TTLSeconds = ttl
+	if !isSnapshotID(req.TemplateID) { // a snapshot's key is its clone's
 		allow := req.AllowInternetAccess != nil && *req.AllowInternetAccess
-		key, err = pool.KeyForE2B(g.template(r.Context(), req.TemplateID), allow)
+		key, err := pool.KeyForE2B(g.template(r.Context(), req.TemplateID), allow)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
+		freq.Template, freq.Net, freq.Size = key.Template, key.Net, key.Size
 	}
-	// The key's namespace; labelled for e2b, which makes the node record
-	// the claim as e2b's (visible; nodeapi.Lifecycle.E2B), as its fork
-	// children and snapshot clones are. The label stays for display.
-	freq := nodeapi.ClaimFor(key, g.namespaceOf(r.Context())+"/"+newClaimName())
-	freq.TTLSeconds, freq.Env, freq.Metadata, freq.Lifecycle = ttl, req.EnvVars, req.Metadata, life
-	freq.Object = nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}
 	// The claim runs to its outcome even if the client goes away, and what
 	// a client gone will never learn of is released (fleet.Detached).
 	sbs, err := fleet.Detached(r.Context(), g.fleet, func(ctx context.Context) ([]nodeapi.Sandbox, error) {

@@ -221,7 +221,7 @@ func TestBadInput_Is4xxWithAJSONBody(t *testing.T) {
 	}
 	status, b := post(`{"templateID":"rt","metadata":{"x":"` + strings.Repeat("a", maxBodyBytes) + `"}}`)
 	requireJSONError(t, http.StatusRequestEntityTooLarge, status, b)
-	status, b = post(`{"templateID":"rt","envVars":{"BIG":"` + strings.Repeat("a", maxEnvBytes) + `"}}`)
+	status, b = post(`{"templateID":"rt","envVars":{"BIG":"` + strings.Repeat("a", nodeapi.MaxEnvBytes) + `"}}`)
 	requireJSONError(t, http.StatusBadRequest, status, b)
 	status, b = post(`{"templateID":"rt","envVars":{"A=B":"1"}}`)
 	requireJSONError(t, http.StatusBadRequest, status, b)

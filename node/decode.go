@@ -18,7 +18,6 @@ import (
 const (
 	maxBodyBytes    = 1 << 20
 	maxTemplateLen  = 1024
-	maxRefLen       = 512
 	maxNameLen      = 253
 	maxWarmPerPool  = 100000
 	maxPoolsPerNode = 4096
@@ -74,18 +73,6 @@ func normalizeKey(template, net, size string) (pool.Key, error) {
 	return k, nil
 }
 
-// validRef checks a claim ref: empty, or "<namespace>/<name>" with both parts.
-func validRef(ref string) error {
-	if ref == "" {
-		return nil
-	}
-	ns, name, ok := strings.Cut(ref, "/")
-	if !ok || ns == "" || name == "" || len(ref) > maxRefLen || strings.IndexFunc(ref, unicode.IsControl) >= 0 {
-		return badRequest("claim_ref %.64q is not <namespace>/<name>", ref)
-	}
-	return nil
-}
-
 func checkTTL(ttl int64) error {
 	if ttl < 0 {
 		return badRequest("ttl_seconds must not be negative")
@@ -103,26 +90,10 @@ func parseClaim(b []byte) (claimInput, error) {
 	if err != nil {
 		return claimInput{}, err
 	}
-	if err := checkTTL(req.TTLSeconds); err != nil {
-		return claimInput{}, err
+	if errs := req.Validate(); len(errs) > 0 {
+		return claimInput{}, errorf(nodeapi.ClaimStatus(errs), "%v", errs.ToAggregate())
 	}
-	if err := validRef(req.ClaimRef); err != nil {
-		return claimInput{}, err
-	}
-	for k := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return claimInput{}, badRequest("env name %.64q is invalid", k)
-		}
-	}
-	if err := checkMetadata(req.Metadata); err != nil {
-		return claimInput{}, err
-	}
-	if err := checkObject(&req.Object); err != nil {
-		return claimInput{}, err
-	}
-	if err := checkLifecycle(req.Lifecycle); err != nil {
-		return claimInput{}, err
-	}
+	normalizeObject(&req.Object)
 	life := req.Lifecycle
 	life.E2B = claimedForE2B(req.Object)
 	return claimInput{key: k, ttl: req.TTLSeconds, ref: req.ClaimRef, env: req.Env, metadata: req.Metadata, object: req.Object, life: life}, nil
@@ -133,48 +104,16 @@ func parseClaim(b []byte) (claimInput, error) {
 // Whatever E2B a request asks for is ignored.
 func claimedForE2B(o nodeapi.Object) bool { return o.Labels[sandboxapi.LabelE2B] == "true" }
 
-// checkMetadata bounds a claim's metadata (413 beyond
-// nodeapi.MaxMetadataKeys or nodeapi.MaxMetadataBytes) and refuses an
-// empty key (400).
-func checkMetadata(m map[string]string) error {
-	if len(m) > nodeapi.MaxMetadataKeys {
-		return errorf(http.StatusRequestEntityTooLarge, "metadata has %d keys; at most %d are recorded", len(m), nodeapi.MaxMetadataKeys)
-	}
-	if n := nodeapi.MetadataBytes(m); n > nodeapi.MaxMetadataBytes {
-		return errorf(http.StatusRequestEntityTooLarge, "metadata takes %d bytes; at most %d are recorded", n, nodeapi.MaxMetadataBytes)
-	}
-	if _, ok := m[""]; ok {
-		return badRequest("metadata has an empty key")
-	}
-	return nil
-}
-
-// checkObject bounds a recorded object (413 beyond nodeapi.MaxObjectBytes
-// or MaxManagedFieldsBytes) and checks its opaque parts' JSON shapes (400):
-// the spec an object, the managed fields an array; "null" is dropped.
-func checkObject(o *nodeapi.Object) error {
-	if n := o.Bytes(); n > nodeapi.MaxObjectBytes {
-		return errorf(http.StatusRequestEntityTooLarge, "labels, annotations and spec take %d bytes; at most %d are recorded", n, nodeapi.MaxObjectBytes)
-	}
-	if n := len(o.ManagedFields); n > nodeapi.MaxManagedFieldsBytes {
-		return errorf(http.StatusRequestEntityTooLarge, "managed fields take %d bytes; at most %d are recorded", n, nodeapi.MaxManagedFieldsBytes)
-	}
-	for _, part := range []struct {
-		raw  *json.RawMessage
-		name string
-		open byte
-	}{{&o.Spec, "spec", '{'}, {&o.ManagedFields, "managed_fields", '['}} {
-		t := bytes.TrimSpace(*part.raw)
-		switch {
-		case len(t) == 0 || string(t) == "null":
-			*part.raw = nil
-		case t[0] != part.open:
-			return badRequest("%s must be a JSON %s", part.name, map[byte]string{'{': "object", '[': "array"}[part.open])
-		default:
-			*part.raw = t
+// normalizeObject trims the opaque parts of an object that Object.Validate
+// passed and drops a "null" one.
+func normalizeObject(o *nodeapi.Object) {
+	for _, raw := range []*json.RawMessage{&o.Spec, &o.ManagedFields} {
+		if t := bytes.TrimSpace(*raw); len(t) == 0 || string(t) == "null" {
+			*raw = nil
+		} else {
+			*raw = t
 		}
 	}
-	return nil
 }
 
 // parseLabels decodes and checks the body of PUT /v1/sandboxes/{id}/labels.
@@ -184,9 +123,10 @@ func parseLabels(b []byte) (nodeapi.LabelsRequest, error) {
 		return req, err
 	}
 	o := nodeapi.Object{Labels: req.Labels, Annotations: req.Annotations, ManagedFields: req.ManagedFields}
-	if err := checkObject(&o); err != nil {
-		return req, err
+	if errs := o.Validate(); len(errs) > 0 {
+		return req, errorf(nodeapi.ClaimStatus(errs), "%v", errs.ToAggregate())
 	}
+	normalizeObject(&o)
 	req.ManagedFields = o.ManagedFields
 	if req.Version < 0 {
 		return req, badRequest("version must not be negative")
@@ -200,13 +140,10 @@ func parseSnapshotClaim(b []byte) (nodeapi.SnapshotClaimRequest, error) {
 	if err := decodeBody(b, &req, true); err != nil {
 		return req, err
 	}
-	if err := checkTTL(req.TTLSeconds); err != nil {
-		return req, err
+	if errs := req.Validate(); len(errs) > 0 {
+		return req, errorf(nodeapi.ClaimStatus(errs), "%v", errs.ToAggregate())
 	}
-	if err := checkLifecycle(req.Lifecycle); err != nil {
-		return req, err
-	}
-	return req, validRef(req.ClaimRef)
+	return req, nil
 }
 
 // parsePools decodes and validates the body of PUT /v1/pools: the whole

@@ -11,9 +11,11 @@
 // stored with the claim, in its durable record (table.go's record; the
 // claim journal), and returned by every lookup of the sandbox: after a
 // node restart, and to any API server replica, the node's record is the
-// truth of what a create stored. The metadata is bounded before anything
-// is claimed (nodeapi.MaxMetadataKeys, MaxMetadataBytes; 413 beyond, 400
-// for an empty key): the change stream carries it to every replica.
+// truth of what a create stored. A claim is checked on receipt against
+// the claim rules, nodeapi.ClaimRequest.Validate (docs/API.md#claim-rules:
+// env, metadata, labels and annotations, the object's bounds; 413 past a
+// bound, else 400), before anything is claimed; the metadata's bound
+// matters because the change stream carries it to every replica.
 //
 // Names: a claim ref names at most one live sandbox on a node. A claim,
 // a fork child or a named snapshot claim of a held ref is refused with 409,

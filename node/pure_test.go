@@ -5,9 +5,11 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
 )
@@ -84,6 +86,13 @@ func TestParseClaim(t *testing.T) {
 		{`{"template":"img","claim_ref":"noslash"}`, 400, pool.Key{}},
 		{`{"template":"img","claim_ref":"/x"}`, 400, pool.Key{}},
 		{`{"template":"img","env":{"":"x"}}`, 400, pool.Key{}},
+		// The claim rules (nodeapi.ClaimRequest.Validate), on receipt.
+		{`{"template":"img","env":{"A\n":"x"}}`, 400, pool.Key{}},
+		{`{"template":"img","env":{"A":"` + strings.Repeat("x", nodeapi.MaxEnvBytes) + `"}}`, 413, pool.Key{}},
+		{`{"template":"img","labels":{"bad key!":"x"}}`, 400, pool.Key{}},
+		{`{"template":"img","on_timeout":"sleep"}`, 400, pool.Key{}},
+		{`{"template":"img","spec":[1]}`, 400, pool.Key{}},
+		{`{"template":"img","metadata":{"":"x"}}`, 400, pool.Key{}},
 	}
 	for _, tc := range cases {
 		in, err := parseClaim([]byte(tc.body))

@@ -20,7 +20,8 @@ type ClaimRequest struct {
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 	// ClaimRef is "<namespace>/<name>"; lookups by name use it.
 	ClaimRef string `json:"claim_ref,omitempty"`
-	// Env is applied to the guest's process environment (the agent's /init),
+	// Env is applied to the guest's process environment (the agent's /init;
+	// bounded by MaxEnvVars and MaxEnvBytes, see Validate),
 	// and applied again whenever the VM restarts from its files (a resume
 	// after a pause without memory, the restore of a dead agent).
 	Env map[string]string `json:"env,omitempty"`
@@ -100,9 +101,9 @@ const MaxManagedFieldsBytes = 32 << 10
 
 // Bounds on a claim's Metadata (ClaimRequest.Metadata): it is stored with
 // the claim, carried on the node's change stream and held by every API
-// server replica, so a node refuses a claim beyond either with 413 (and a
-// metadata key that is empty with 400) before anything is claimed. The
-// e2b API enforces the same bounds (as 400) on its create.
+// server replica, so a claim beyond either breaks a claim rule
+// (ClaimRequest.Validate: the node's 413, e2b's 400; an empty key is a
+// 400 everywhere), refused before anything is claimed.
 const (
 	// MaxMetadataBytes bounds the keys and values, summed (MetadataBytes).
 	MaxMetadataBytes = 64 << 10

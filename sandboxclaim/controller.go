@@ -200,6 +200,15 @@ func (c *Controller) Reconcile(ctx context.Context, u *unstructured.Unstructured
 // claim resolves the pool → template → key (pool.KeyForTemplate, the one
 // function every caller uses) and claims a warm microVM under the claim's ref.
 func (c *Controller) claim(ctx context.Context, claim *extv1beta1.SandboxClaim, now time.Time) (time.Duration, error) {
+	// The claim, checked against the claim rules (docs/API.md#claim-rules)
+	// before anything is read or any node asked: a breach is definitive,
+	// Ready False with ReasonInvalidClaim until the claim changes.
+	ref := claim.Namespace + "/" + claim.Name
+	req := nodeapi.ClaimRequest{ClaimRef: ref, TTLSeconds: TTLSeconds(claim, now), Env: Env(claim)}
+	if errs := req.Validate(); len(errs) > 0 {
+		meta.SetStatusCondition(&claim.Status.Conditions, NotReadyCondition(claim, ReasonInvalidClaim, errs.ToAggregate().Error()))
+		return 0, c.updateStatus(ctx, claim)
+	}
 	key, reason, err := c.keyOf(ctx, claim)
 	if err != nil {
 		if reason == "" {
@@ -208,9 +217,7 @@ func (c *Controller) claim(ctx context.Context, claim *extv1beta1.SandboxClaim, 
 		meta.SetStatusCondition(&claim.Status.Conditions, NotReadyCondition(claim, reason, err.Error()))
 		return 5 * time.Second, c.updateStatus(ctx, claim)
 	}
-	ref := claim.Namespace + "/" + claim.Name
-	req := nodeapi.ClaimFor(key, ref)
-	req.TTLSeconds, req.Env = TTLSeconds(claim, now), Env(claim)
+	req.Template, req.Net, req.Size = key.Template, key.Net, key.Size
 	sb, err := c.cfg.Fleet.Claim(ctx, req)
 	var noWarm *fleet.ErrNoWarmCapacity
 	switch {

@@ -41,6 +41,10 @@ const (
 	ReasonTemplateNotFound = "TemplateNotFound"
 	ReasonReconcilerError  = "ReconcilerError"
 	ReasonNoWarmCapacity   = "NoWarmCapacity"
+	// ReasonInvalidClaim is Hearth's: the claim breaks a claim rule
+	// (nodeapi.ClaimRequest.Validate: its env), so nothing is claimed
+	// until it changes.
+	ReasonInvalidClaim = "InvalidClaim"
 )
 
 // Action is what one reconcile of a claim does.

@@ -2,7 +2,6 @@ package sandboxstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -14,9 +13,7 @@ import (
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -203,6 +200,9 @@ func (s *sandboxStorage) create(ctx context.Context, in *sandboxv1beta1.Sandbox,
 	ref := out.Namespace + "/" + out.Name
 	req := nodeapi.ClaimFor(key, ref)
 	req.TTLSeconds, req.Env, req.Object = ttl, env, rec
+	if errs := req.Validate(); len(errs) > 0 {
+		return nil, claimError(out.Name, errs)
+	}
 	if held, ok := s.fleet.Held(ctx, ref); ok {
 		return nil, alreadyExists(out.Name, held)
 	}
@@ -252,39 +252,6 @@ func alreadyExists(name string, held nodeapi.Sandbox) error {
 		err.ErrStatus.Message += fmt.Sprintf(" (claim %s on node %s)", held.ID, held.Node)
 	}
 	return err
-}
-
-// recordOf is what a sandbox records of its object on its node
-// (docs/API.md#get): the user's labels and annotations (never the stamped keys), spec
-// and managedFields, validated (422) and bounded by nodeapi.MaxObjectBytes
-// and nodeapi.MaxManagedFieldsBytes (422 beyond, before any node is asked).
-func recordOf(sb *sandboxv1beta1.Sandbox, spec sandboxv1beta1.SandboxSpec) (nodeapi.Object, error) {
-	md := field.NewPath("metadata")
-	o := nodeapi.Object{Labels: userPart(sb.Labels, stampedLabels), Annotations: userPart(sb.Annotations, stampedAnnotations)}
-	errs := metav1validation.ValidateLabels(o.Labels, md.Child("labels"))
-	errs = append(errs, apivalidation.ValidateAnnotations(o.Annotations, md.Child("annotations"))...)
-	switch sb.Spec.OperatingMode {
-	case "", sandboxv1beta1.SandboxOperatingModeRunning, sandboxv1beta1.SandboxOperatingModeSuspended:
-	default:
-		errs = append(errs, field.NotSupported(field.NewPath("spec", "operatingMode"), sb.Spec.OperatingMode,
-			[]sandboxv1beta1.SandboxOperatingMode{sandboxv1beta1.SandboxOperatingModeRunning, sandboxv1beta1.SandboxOperatingModeSuspended}))
-	}
-	if raw, err := json.Marshal(spec); err == nil && !isZeroSpec(spec) {
-		o.Spec = raw
-	}
-	if len(sb.ManagedFields) > 0 {
-		o.ManagedFields, _ = json.Marshal(sb.ManagedFields)
-	}
-	if n := o.Bytes(); n > nodeapi.MaxObjectBytes {
-		errs = append(errs, field.TooLong(md, fmt.Sprintf("%d bytes of labels, annotations and spec", n), nodeapi.MaxObjectBytes))
-	}
-	if n := len(o.ManagedFields); n > nodeapi.MaxManagedFieldsBytes {
-		errs = append(errs, field.TooLong(md.Child("managedFields"), fmt.Sprintf("%d bytes", n), nodeapi.MaxManagedFieldsBytes))
-	}
-	if len(errs) > 0 {
-		return o, apierrors.NewInvalid(sandboxKind, sb.Name, errs)
-	}
-	return o, nil
 }
 
 func isZeroSpec(sp sandboxv1beta1.SandboxSpec) bool {
