@@ -1,15 +1,14 @@
 package agentapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/hearthvm/hearth/internal/httpjson"
 )
 
 // DefaultHTTPClient is shared by clients that are not given one: no proxy
@@ -78,36 +77,14 @@ func (c *Client) SetIdentity(ctx context.Context, token string) error {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.Addr+path, body)
-	if err != nil {
-		return err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.Token != "" {
-		req.Header.Set(AccessTokenHeader, c.Token)
-	}
 	hc := c.HTTP
 	if hc == nil {
 		hc = DefaultHTTPClient
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
+	err := httpjson.Call{Method: method, URL: "http://" + c.Addr + path, Header: AccessTokenHeader, Value: c.Token, In: in, ErrLimit: maxMessage}.Do(ctx, hc)
+	var he *httpjson.Error
+	if errors.As(err, &he) {
+		return &HTTPError{Path: path, Status: he.Status, Message: strings.TrimSpace(string(he.Body))}
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxMessage))
-	if resp.StatusCode/100 != 2 {
-		return &HTTPError{Path: path, Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
-	}
-	return nil
+	return err
 }

@@ -1,15 +1,16 @@
 package nodeapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/hearthvm/hearth/internal/httpjson"
 )
 
 // DefaultHTTPClient is shared by clients that are not given one.
@@ -45,48 +46,24 @@ func (c *Client) base() string {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base()+path, body)
-	if err != nil {
-		return err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
 	hc := c.HTTP
 	if hc == nil {
 		hc = DefaultHTTPClient
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
+	call := httpjson.Call{Method: method, URL: c.base() + path, Header: "Authorization", In: in, Out: out}
+	if c.Token != "" {
+		call.Value = "Bearer " + c.Token
 	}
-	defer func() {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-	}()
-	if resp.StatusCode/100 != 2 {
+	err := call.Do(ctx, hc)
+	var he *httpjson.Error
+	if errors.As(err, &he) {
 		var e Error
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(raw))
+		if json.Unmarshal(he.Body, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(he.Body))
 		}
-		return &HTTPError{Status: resp.StatusCode, Message: e.Error}
+		return &HTTPError{Status: he.Status, Message: e.Error}
 	}
-	if out != nil && resp.StatusCode != http.StatusNoContent {
-		return json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out)
-	}
-	return nil
+	return err
 }
 
 func idPath(id string, rest string) string {
