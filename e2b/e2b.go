@@ -9,7 +9,10 @@
 // the same request (nodeapi.ClaimRequest, built by handleCreate):
 // the key comes from pool.KeyForE2B, the claim is recorded under
 // "<namespace>/e2b-<random>" so it shows in `kubectl get sandboxes`, and no
-// path cold-starts (no warm microVM → 503). Creates and forks claim
+// path cold-starts (no warm microVM → 503). The claim is checked against
+// the claim rules (nodeapi.ClaimRequest.Validate, docs/API.md#claim-rules:
+// envVars, metadata) before any node is asked, a breach being a 400.
+// Creates and forks claim
 // through fleet.Detached, as the Kubernetes surface does: the claim runs
 // to its answer if the client goes away, and what it delivered is then
 // released.

@@ -15,15 +15,6 @@ import (
 // pause it again at once. The record carries the lifecycle, so all of
 // this survives a node restart.
 
-// checkLifecycle validates a claim's lifecycle.
-func checkLifecycle(l nodeapi.Lifecycle) error {
-	switch l.OnTimeout {
-	case "", nodeapi.OnTimeoutKill, nodeapi.OnTimeoutPause:
-		return nil
-	}
-	return badRequest("on_timeout %.32q is not %q or %q", l.OnTimeout, nodeapi.OnTimeoutKill, nodeapi.OnTimeoutPause)
-}
-
 // pausedAtTimeout reports whether the record is a pause-at-timeout sandbox
 // that is paused: its ended lease is not the reaper's business.
 func (r *record) pausedAtTimeout() bool {

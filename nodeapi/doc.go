@@ -83,7 +83,23 @@
 // MaxObjectBytes (16 KiB), managed_fields by MaxManagedFieldsBytes
 // (32 KiB); a node answers 413 beyond. A claim's metadata is bounded by
 // MaxMetadataKeys (1,000) and MaxMetadataBytes (64 KiB of keys and values,
-// MetadataBytes); a node answers 413 beyond, 400 for an empty key. A fork child inherits its parent's
+// MetadataBytes); a node answers 413 beyond, 400 for an empty key.
+//
+// # One claim request, one set of rules
+//
+// ClaimRequest is the one claim request of every front door (a Kubernetes
+// Create, an e2b create, a SandboxClaim): each builds one (ClaimFor) and
+// the fleet routes it on its Key. ClaimRequest.Validate is every rule of a
+// claim that needs no node (docs/API.md#claim-rules): the env
+// (MaxEnvVars, MaxEnvBytes, names without '=' or a control character,
+// values without NUL), the metadata's bounds, labels and annotations as
+// Kubernetes validates them and the object's bounds (Object.Validate),
+// ttl_seconds, claim_ref and on_timeout (Lifecycle.Validate); ClaimStatus
+// is the node's answer to a breach (413 past a bound, else 400). The node
+// calls it on receipt and every front door before asking any node, so
+// the doors agree and a bad claim costs no round trip.
+//
+// A fork child inherits its parent's
 // labels, annotations and spec and is named "<ns>/<parent>-fork-<n>" (the
 // first n from 1 that no sandbox of the node holds). version counts a
 // record's changes (pause, resume, renew, labels) and starts at 1; a
