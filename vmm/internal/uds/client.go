@@ -99,20 +99,26 @@ var pollBackoff = wait.Backoff{Duration: 2 * time.Millisecond, Factor: 2, Steps:
 // 64 ms between tries (pollBackoff). It returns f's last error wrapped with
 // ctx's.
 func Poll(ctx context.Context, f func() error) error {
-	var last error
-	err := pollBackoff.DelayFunc().Until(ctx, true, true, func(context.Context) (bool, error) {
+	last, err := poll(ctx, f)
+	if err != nil {
+		return fmt.Errorf("%w (last: %v)", err, last)
+	}
+	return nil
+}
+
+// poll is Poll's loop: until's error (nil once f succeeded) and f's last
+// error, the one place of the rule that a try ctx's end cut short does not
+// replace what an earlier try learned (an agent's 503 says more than
+// "deadline exceeded").
+func poll(ctx context.Context, f func() error) (last, err error) {
+	err = pollBackoff.DelayFunc().Until(ctx, true, true, func(context.Context) (bool, error) {
 		e := f()
-		// A try that ctx's end cut short does not replace what an earlier
-		// try learned (an agent's 503 says more than "deadline exceeded").
 		if e == nil || last == nil || ctx.Err() == nil {
 			last = e
 		}
 		return e == nil, nil
 	})
-	if err != nil {
-		return fmt.Errorf("%w (last: %v)", err, last)
-	}
-	return nil
+	return last, err
 }
 
 // PollAlive is Poll for a process that may die: it also ends as soon as
@@ -131,16 +137,12 @@ func PollAlive(ctx context.Context, exited <-chan struct{}, f func(context.Conte
 			}
 		}()
 	}
-	var last error
-	err := Poll(pctx, func() error {
-		e := f(pctx)
-		if e == nil || last == nil || pctx.Err() == nil {
-			last = e
-		}
-		return e
-	})
-	if err != nil && errors.Is(context.Cause(pctx), vmm.ErrVMMExited) {
+	last, err := poll(pctx, func() error { return f(pctx) })
+	if err == nil {
+		return nil
+	}
+	if errors.Is(context.Cause(pctx), vmm.ErrVMMExited) {
 		return fmt.Errorf("%w (last: %v)", vmm.ErrVMMExited, last)
 	}
-	return err
+	return fmt.Errorf("%w (last: %v)", err, last)
 }
