@@ -87,23 +87,40 @@ type timeoutRequest struct {
 	Timeout *int64 `json:"timeout"`
 }
 
-func (g *gateway) handleTimeout(w http.ResponseWriter, r *http.Request) {
+// timeoutFor is the prologue of POST /sandboxes/{id}/timeout and
+// /connect: it decodes the body's timeout (seconds; required when
+// required), answers 400 for a negative (or a missing required) one,
+// refuses one past the nodes' longest lease (tooLong), then resolves {id}
+// for the request's API key (sandboxFor). When it returns ok false it has
+// written the answer.
+func (g *gateway) timeoutFor(w http.ResponseWriter, r *http.Request, required bool) (timeout *int64, s nodeapi.Sandbox, ok bool) {
 	var req timeoutRequest
 	if !decodeBody(w, r, &req) {
-		return
+		return nil, s, false
 	}
-	if req.Timeout == nil || *req.Timeout < 0 {
+	switch {
+	case required && (req.Timeout == nil || *req.Timeout < 0):
 		writeError(w, http.StatusBadRequest, "timeout (seconds, >= 0) is required")
-		return
+		return nil, s, false
+	case req.Timeout != nil && *req.Timeout < 0:
+		writeError(w, http.StatusBadRequest, "timeout must be >= 0")
+		return nil, s, false
 	}
 	if g.tooLong(w, r, req.Timeout) {
-		return
+		return nil, s, false
 	}
-	s, ok := g.sandboxFor(w, r)
+	if s, ok = g.sandboxFor(w, r); !ok {
+		return nil, s, false
+	}
+	return req.Timeout, s, true
+}
+
+func (g *gateway) handleTimeout(w http.ResponseWriter, r *http.Request) {
+	timeout, s, ok := g.timeoutFor(w, r, true)
 	if !ok {
 		return
 	}
-	if _, err := g.fleet.Renew(r.Context(), s, *req.Timeout); err != nil {
+	if _, err := g.fleet.Renew(r.Context(), s, *timeout); err != nil {
 		failSandbox(w, r, err)
 		return
 	}
@@ -151,18 +168,7 @@ func (g *gateway) handlePause(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
-	var req timeoutRequest
-	if !decodeBody(w, r, &req) {
-		return
-	}
-	if req.Timeout != nil && *req.Timeout < 0 {
-		writeError(w, http.StatusBadRequest, "timeout must be >= 0")
-		return
-	}
-	if g.tooLong(w, r, req.Timeout) {
-		return
-	}
-	s, ok := g.sandboxFor(w, r)
+	timeout, s, ok := g.timeoutFor(w, r, false)
 	if !ok {
 		return
 	}
@@ -180,8 +186,8 @@ func (g *gateway) handleConnect(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	// A connect timeout only extends the lease.
-	if req.Timeout != nil && *req.Timeout > 0 && g.now().Add(time.Duration(*req.Timeout)*time.Second).After(s.Deadline) {
-		if _, err := g.fleet.Renew(r.Context(), s, *req.Timeout); err != nil {
+	if timeout != nil && *timeout > 0 && g.now().Add(time.Duration(*timeout)*time.Second).After(s.Deadline) {
+		if _, err := g.fleet.Renew(r.Context(), s, *timeout); err != nil {
 			failSandbox(w, r, err)
 			return
 		}
