@@ -10,10 +10,13 @@
 // installs; the other served kinds are in apiserver/registry.
 //
 // The package owns the scheme (Scheme, Codecs), the OpenAPI definitions and
-// the generic server that serves them. It takes an already-built fleet and
-// view (ExtraConfig.Fleet, ExtraConfig.View) and, when the view is kept by
-// an informer, its sync state (ExtraConfig.ViewSynced: until it reports
-// true, sandboxes requests are 429 with Retry-After and /readyz fails).
+// the generic server that serves them. It takes an already-built fleet,
+// through the narrow interface the storage consumes (ExtraConfig.Fleet,
+// sandboxstore.Fleet, not the whole fleet.Fleet), and the live fleet view
+// (ExtraConfig.Live, required: the one read model of lists, watches and
+// resourceVersions), and its sync state (ExtraConfig.ViewSynced: until it
+// reports true, sandboxes requests are 429 with Retry-After and /readyz
+// fails).
 // With delegated requestheader authentication (behind kube-apiserver),
 // every request but the health checks is likewise 429 until the front-proxy
 // CA has loaded from its ConfigMap (authnready.go), never the 403 for

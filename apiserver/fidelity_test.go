@@ -196,8 +196,10 @@ func TestReads_UIDLabelsAnnotationsSpecAreWhatWasWritten(t *testing.T) {
 		t.Fatalf("list -l team=a = %v, %v", l, err)
 	}
 	check("list", &l.Items[0])
-	if l.Items[0].GetResourceVersion() != got.GetResourceVersion() {
-		t.Errorf("list rv %s ≠ get rv %s", l.Items[0].GetResourceVersion(), got.GetResourceVersion())
+	// One revision scheme: the create's answer, a get, a list item and the
+	// watch event of one state carry the live view's one revision of it.
+	if rv := out.GetResourceVersion(); l.Items[0].GetResourceVersion() != got.GetResourceVersion() || rv != got.GetResourceVersion() {
+		t.Errorf("list rv %s, get rv %s, create rv %s: want one", l.Items[0].GetResourceVersion(), got.GetResourceVersion(), rv)
 	}
 	deadline := time.After(10 * time.Second)
 	for seen := false; !seen; {
@@ -205,6 +207,9 @@ func TestReads_UIDLabelsAnnotationsSpecAreWhatWasWritten(t *testing.T) {
 		case ev := <-w.ResultChan():
 			if u, ok := ev.Object.(*unstructured.Unstructured); ok && ev.Type == watch.Added && u.GetName() == "keep" {
 				check("watch", u)
+				if u.GetResourceVersion() != got.GetResourceVersion() {
+					t.Errorf("watch rv %s ≠ get rv %s", u.GetResourceVersion(), got.GetResourceVersion())
+				}
 				seen = true
 			}
 		case <-deadline:

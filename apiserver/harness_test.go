@@ -58,7 +58,7 @@ func startServerWith(t *testing.T, f *fleettest.Fleet, mut func(*hearthserver.Op
 		t.Fatal(err)
 	}
 	live := f.StartLive(t)
-	o.View, o.Live = live, live
+	o.Live = live
 	fl := fleet.New(fleet.Config{View: live, Secret: fleettest.Secret})
 	o.Fleet = fl
 	if mut != nil {

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/fleet/fleettest"
 	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/nodeapi"
@@ -329,7 +328,7 @@ func TestLiveGet_ResourceVersionIsTheListAndWatchRevision(t *testing.T) {
 // a request to the owning node, or to every node when this replica's
 // claim-time index does not hold the name).
 type lookupCounter struct {
-	fleet.Fleet
+	hearthserver.Fleet
 	n atomic.Int64
 }
 

@@ -13,33 +13,25 @@ import (
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
 	sandboxstore "github.com/hearthvm/hearth/apiserver/registry/sandbox"
-	"github.com/hearthvm/hearth/fleet"
-	"github.com/hearthvm/hearth/inventory"
 )
-
-// DefaultWatchInterval is the fixed cadence at which watches re-derive the view.
-const DefaultWatchInterval = time.Second
 
 // ExtraConfig is what the sandboxes storage needs beyond the generic server.
 type ExtraConfig struct {
-	// Fleet claims, looks up and acts on sandboxes. Required.
-	Fleet fleet.Fleet
-	// View is the published fleet view lists and watches read. Required.
-	// The caller keeps it current (package server runs the NodeInventory
-	// informer); this package only reads it.
-	View inventory.Viewer
-	// Live, when set, is the live fleet view (package fleetview) that
-	// serves the sandboxes lists and watches not pinned to a name, with a
-	// revision per change (docs/API.md#list-and-watch).
+	// Fleet claims, looks up and acts on sandboxes (*fleet.NodeFleet is
+	// one). Required.
+	Fleet sandboxstore.Fleet
+	// Live is the live fleet view (a *fleetview.Live, the one Fleet
+	// locates sandboxes in), the sandboxes' one read model: every list
+	// and watch reads it and every resourceVersion is one of its
+	// revisions (docs/API.md#list-and-watch). Required. The caller keeps
+	// it current (package server runs it); this package only reads it.
 	Live sandboxstore.LiveSource
-	// ViewSynced reports whether View reflects the fleet yet; nil means it
+	// ViewSynced reports whether Live reflects the fleet yet; nil means it
 	// always does (a static view). Until it does, every sandboxes request
 	// is answered 429 with Retry-After (what kube-apiserver answers while
 	// its watch cache initializes; client-go retries it) and /readyz fails
 	// its "sandbox-view-synced" check. Nothing answers from an empty view.
 	ViewSynced func() bool
-	// WatchInterval is the watch re-derive cadence; default 1s. Never backs off.
-	WatchInterval time.Duration
 	// DeleteTimeout bounds how long Delete waits for the node to drop a
 	// released sandbox; default 30s.
 	DeleteTimeout time.Duration
@@ -90,9 +82,6 @@ func NewRecommendedConfig() *genericapiserver.RecommendedConfig {
 // generic config was made) are included.
 func (c *Config) Complete() CompletedConfig {
 	x := &c.ExtraConfig
-	if x.WatchInterval <= 0 {
-		x.WatchInterval = DefaultWatchInterval
-	}
 	if x.DeleteTimeout <= 0 {
 		x.DeleteTimeout = 30 * time.Second
 	}
@@ -147,15 +136,15 @@ type Server struct {
 // New builds the server and installs agents.x-k8s.io, then the extra groups.
 func (c CompletedConfig) New() (*Server, error) {
 	x := c.ExtraConfig
-	if x.Fleet == nil || x.View == nil {
-		return nil, fmt.Errorf("apiserver: ExtraConfig.Fleet and ExtraConfig.View are required")
+	sc := sandboxstore.Config{Fleet: x.Fleet, Live: x.Live, DeleteTimeout: x.DeleteTimeout, Now: x.Now}
+	if err := sc.Validate(); err != nil {
+		return nil, fmt.Errorf("apiserver: ExtraConfig: %w", err)
 	}
 	gs, err := c.GenericConfig.New("sandbox-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
 	}
-	resources := sandboxstore.Resources(sandboxstore.Config{Fleet: x.Fleet, View: x.View, Live: x.Live,
-		WatchInterval: x.WatchInterval, DeleteTimeout: x.DeleteTimeout, Now: x.Now})
+	resources := sandboxstore.Resources(sc)
 	group := genericapiserver.NewDefaultAPIGroupInfo(sandboxv1beta1.GroupVersion.Group, Scheme, metav1.ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap[sandboxv1beta1.GroupVersion.Version] = resources
 	if err := gs.InstallAPIGroup(&group); err != nil {
@@ -182,7 +171,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	return &Server{GenericAPIServer: gs}, nil
 }
 
-// Run serves until ctx ends. It starts nothing else: whoever keeps View
+// Run serves until ctx ends. It starts nothing else: whoever keeps Live
 // current (package server) runs it.
 func (s *Server) Run(ctx context.Context) error {
 	return s.GenericAPIServer.PrepareRun().RunWithContext(ctx)

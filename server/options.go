@@ -55,7 +55,7 @@ type Options struct {
 	// Kubeconfig reaches the cluster holding NodeInventory objects (and,
 	// for the warm-pool driver, the pools, templates and its Lease); empty
 	// means in-cluster configuration. Unused when Cluster is set, or when
-	// View is set and the driver is off.
+	// Live is set and the driver is off.
 	Kubeconfig string
 	// Cluster, when set by an embedder, is used instead of Kubeconfig.
 	// sandbox-dev points it at its own API server, which works because
@@ -68,8 +68,6 @@ type Options struct {
 	// SandboxdToken is the fleet secret itself (set by Complete from the
 	// file, or directly by embedders).
 	SandboxdToken string
-	// WatchInterval is the watch re-derive cadence.
-	WatchInterval time.Duration
 
 	// EnablePodRuntimeWebhook serves the Pod-path mutating admission
 	// webhook (package webhook) at webhook.Path.
@@ -83,26 +81,36 @@ type Options struct {
 	// leader-elected; it reads the cluster --kubeconfig names.
 	WarmPool *controller.Options
 
-	// View and Fleet, when set by an embedder, replace the NodeInventory
-	// informer and the node fleet built from it. A View set here is taken
-	// as synced.
-	View  inventory.Viewer
-	Fleet fleet.Fleet
-	// Live, set by an embedder with View, is a live fleet view (a
-	// *fleetview.Live, usually also the View) serving the lists and
-	// watches not pinned to a name; without it they read View.
-	Live sandboxstore.LiveSource
+	// Live, when set by an embedder, is a live fleet view it runs itself
+	// (fleetview.New over its published inventories, Run, WaitForSync):
+	// it replaces the NodeInventory informer and the live view built on
+	// it, and is taken as synced. Either way the fleet and the API server
+	// read one live view.
+	Live *fleetview.Live
+	// Fleet, when set by an embedder, replaces the node fleet built over
+	// the live view.
+	Fleet Fleet
 }
+
+// Fleet is what the components composed here consume of one fleet: the
+// sandboxes storage, the e2b gateway and the SandboxClaim controller, each
+// through its own narrow interface (*fleet.NodeFleet is one).
+type Fleet interface {
+	sandboxstore.Fleet
+	e2b.Fleet
+	sandboxclaim.Fleet
+}
+
+var _ Fleet = (*fleet.NodeFleet)(nil)
 
 // NewOptions returns the defaults: secure port 6443 (a self-signed
 // certificate in memory unless --tls-cert-file is given), delegated
-// authentication and authorization, a 1 s watch interval.
+// authentication and authorization.
 func NewOptions() *Options {
 	o := &Options{
 		SecureServing:  genericoptions.NewSecureServingOptions().WithLoopback(),
 		Authentication: genericoptions.NewDelegatingAuthenticationOptions(),
 		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
-		WatchInterval:  apiserver.DefaultWatchInterval,
 		E2B:            e2b.NewOptions(),
 		WarmPool:       controller.NewOptions(),
 	}
@@ -156,7 +164,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.EnableE2B, "enable-e2b-api", o.EnableE2B, "also serve the e2b API (and envd data plane) on --e2b-bind-address")
 	o.E2B.AddFlags(fs)
 	o.WarmPool.AddFlags(fs)
-	fs.DurationVar(&o.WatchInterval, "watch-interval", o.WatchInterval, "fixed cadence at which watches re-derive the sandbox view")
+	// Deprecated: watches follow the live fleet view as each change
+	// arrives; nothing re-derives on a cadence. Accepted (the Helm chart
+	// of earlier releases passes it) and ignored.
+	var watchInterval time.Duration
+	fs.DurationVar(&watchInterval, "watch-interval", time.Second, "deprecated and ignored: watches follow the nodes' change streams as each change arrives, with no cadence")
+	_ = fs.MarkDeprecated("watch-interval", "watches follow the nodes' change streams as each change arrives; the flag is ignored and will be removed")
 }
 
 // Complete reads the token file.
@@ -180,9 +193,6 @@ func (o *Options) Validate() error {
 	}
 	if o.Authorization != nil {
 		errs = append(errs, o.Authorization.Validate()...)
-	}
-	if o.WatchInterval <= 0 {
-		errs = append(errs, fmt.Errorf("--watch-interval must be positive, got %s", o.WatchInterval))
 	}
 	if o.EnableE2B {
 		if err := o.E2B.Validate(); err != nil {
@@ -251,16 +261,15 @@ func (o *Options) Config() (*Config, error) {
 		rc.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
 	}
 	cluster := o.Cluster
-	if cluster == nil && (o.View == nil || o.WarmPool.Enabled) {
+	if cluster == nil && (o.Live == nil || o.WarmPool.Enabled) {
 		var err error
 		if cluster, err = clusterConfig(o.Kubeconfig); err != nil {
 			return nil, err
 		}
 	}
 	c := &Config{}
-	view := o.View
-	var live *fleetview.Live
-	if view == nil {
+	live := o.Live
+	if live == nil {
 		src, err := inventory.NewSourceForConfig(cluster)
 		if err != nil {
 			return nil, err
@@ -268,19 +277,13 @@ func (o *Options) Config() (*Config, error) {
 		// The published objects give membership and the fallback; the
 		// nodes' change streams keep the view live (package fleetview).
 		live = fleetview.New(src, fleetview.Config{Secret: o.SandboxdToken})
-		view, c.Inventory = live, live
+		c.Inventory = live
 	}
 	fl := o.Fleet
 	if fl == nil {
-		fl = fleet.New(fleet.Config{View: view, Secret: o.SandboxdToken})
+		fl = fleet.New(fleet.Config{View: live, Secret: o.SandboxdToken})
 	}
-	c.APIServer = &apiserver.Config{GenericConfig: rc, ExtraConfig: apiserver.ExtraConfig{Fleet: fl, View: view, WatchInterval: o.WatchInterval}}
-	switch {
-	case live != nil:
-		c.APIServer.ExtraConfig.Live = live
-	case o.Live != nil:
-		c.APIServer.ExtraConfig.Live = o.Live
-	}
+	c.APIServer = &apiserver.Config{GenericConfig: rc, ExtraConfig: apiserver.ExtraConfig{Fleet: fl, Live: live}}
 	if o.EnablePodRuntimeWebhook {
 		c.APIServer.ExtraConfig.Handlers = map[string]http.Handler{webhook.Path: webhook.Handler()}
 	}

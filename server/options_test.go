@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
@@ -28,20 +27,21 @@ func TestOptions_FlagsCompleteValidate(t *testing.T) {
 		check   func(*Options) string
 	}{
 		{name: "defaults", check: func(o *Options) string {
-			if o.WatchInterval != time.Second || o.SecureServing.BindPort != 6443 {
+			if o.SecureServing.BindPort != 6443 {
 				return "unexpected defaults"
 			}
 			return ""
 		}},
-		{name: "token file trimmed", args: []string{"--sandboxd-token-file", tok, "--watch-interval", "250ms"}, check: func(o *Options) string {
-			if o.SandboxdToken != "s3cret" || o.WatchInterval != 250*time.Millisecond {
-				return "token " + o.SandboxdToken + " interval " + o.WatchInterval.String()
+		{name: "token file trimmed", args: []string{"--sandboxd-token-file", tok}, check: func(o *Options) string {
+			if o.SandboxdToken != "s3cret" {
+				return "token " + o.SandboxdToken
 			}
 			return ""
 		}},
+		// Deprecated and ignored (earlier Helm charts pass it): accepted.
+		{name: "deprecated watch interval", args: []string{"--watch-interval", "0s"}, check: func(*Options) string { return "" }},
 		{name: "empty token file", args: []string{"--sandboxd-token-file", empty}, wantErr: "is empty"},
 		{name: "missing token file", args: []string{"--sandboxd-token-file", filepath.Join(dir, "nope")}, wantErr: "no such file"},
-		{name: "zero watch interval", args: []string{"--watch-interval", "0s"}, wantErr: "--watch-interval"},
 		{name: "e2b without keys", args: []string{"--enable-e2b-api"}, wantErr: "e2b"},
 		{name: "e2b anonymous", args: []string{"--enable-e2b-api", "--e2b-allow-anonymous"}, check: func(o *Options) string {
 			if !o.EnableE2B || !o.E2B.AllowAnonymous {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/fleet/fleettest"
+	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/server"
 )
@@ -74,7 +75,7 @@ func (c controller) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// newConfig is a standalone server over an empty static view, with e2b
+// newConfig is a standalone server over a live view of no nodes, with e2b
 // served anonymously on a free port.
 func newConfig(t *testing.T) (*server.Config, string) {
 	t.Helper()
@@ -83,8 +84,9 @@ func newConfig(t *testing.T) (*server.Config, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	view := inventory.NewStatic()
-	o.View, o.Fleet = view, fleet.New(fleet.Config{View: view, Secret: fleettest.Secret})
+	// A live view of no nodes, never run: nothing to follow.
+	o.Live = fleetview.New(inventory.NewStatic(), fleetview.Config{Secret: fleettest.Secret})
+	o.Fleet = fleet.New(fleet.Config{View: o.Live, Secret: fleettest.Secret})
 	o.EnableE2B, o.E2B.AllowAnonymous, o.E2B.BindAddress = true, true, "127.0.0.1:0"
 	if err := o.Complete(); err != nil {
 		t.Fatal(err)

@@ -107,28 +107,15 @@ func readLabels(s *nodeapi.Sandbox) map[string]string {
 	return l
 }
 
-// objectOf renders a live record. Its resourceVersion is the hash of the
-// entry its node would publish (inventory.EntryOf), so a live read and a
-// view read of one state agree.
-func objectOf(s nodeapi.Sandbox) *sandboxv1beta1.Sandbox {
-	e := inventory.EntryOf(&s)
-	return synthesize(&s, inventory.Hash(s.Node, &e))
-}
-
-// itemObject renders a published item.
-func itemObject(it inventory.Item) *sandboxv1beta1.Sandbox {
-	s := it.Sandbox()
-	return synthesize(&s, it.Hash)
-}
-
 // synthesize renders the one sandbox record as a Sandbox (docs/API.md#get):
 // uid (uidOf), the user's labels and annotations with the stamped labels
 // node/phase/claim/template and annotations claim-id/address/deadline
 // winning, the recorded spec with operatingMode and shutdownTime from the
 // claim (specOf), the recorded managedFields, creationTimestamp = claim
 // time, status.nodeName, a Ready condition (and Suspended when paused) and
-// resourceVersion rv. The token is never rendered here (Create adds it).
-// A published item has no spec beyond the live state, nor managedFields.
+// resourceVersion rv, a revision of the live source (read). The token is
+// never rendered here (Create adds it).
+// A view entry has no spec beyond the live state, nor managedFields.
 func synthesize(s *nodeapi.Sandbox, rv uint64) *sandboxv1beta1.Sandbox {
 	ns, name := splitName(inventory.NameOf(s))
 	sb := &sandboxv1beta1.Sandbox{
@@ -137,7 +124,7 @@ func synthesize(s *nodeapi.Sandbox, rv uint64) *sandboxv1beta1.Sandbox {
 			Namespace: ns, Name: name,
 			UID:             uidOf(s),
 			Labels:          readLabels(s),
-			ResourceVersion: fmt.Sprint(rv),
+			ResourceVersion: rvString(rv),
 		},
 		Spec: specOf(s),
 	}

@@ -12,7 +12,6 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
-	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
@@ -46,7 +45,7 @@ func newSandbox(name, generateName string) *sandboxv1beta1.Sandbox {
 
 func TestCreate_HeldNameIsAlreadyExistsBeforeAnyClaim(t *testing.T) {
 	f := &nameFleet{held: map[string]bool{"ns/web": true}, refused: map[string]bool{"ns/raced": true}}
-	s := &sandboxStorage{fleet: f, view: &inventory.Static{}, now: time.Now}
+	s := &sandboxStorage{fleet: f, live: &fakeLive{}, now: time.Now}
 	ctx := genericapirequest.WithNamespace(context.Background(), "ns")
 	if _, err := s.Create(ctx, newSandbox("web", ""), nil, &metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) || len(f.claims) != 0 {
 		t.Fatalf("create of a held name = %v after claims %v; want AlreadyExists and no claim", err, f.claims)
@@ -68,7 +67,7 @@ func TestCreate_GenerateNameRetriesAHeldName(t *testing.T) {
 		}
 		return false
 	}
-	s := &sandboxStorage{fleet: &heldOnce{nameFleet: f, hold: hold}, view: &inventory.Static{}, now: time.Now}
+	s := &sandboxStorage{fleet: &heldOnce{nameFleet: f, hold: hold}, live: &fakeLive{}, now: time.Now}
 	ctx := genericapirequest.WithNamespace(context.Background(), "ns")
 	out, err := s.Create(ctx, newSandbox("", "job-"), nil, &metav1.CreateOptions{})
 	if err != nil {

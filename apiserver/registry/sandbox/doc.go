@@ -10,27 +10,38 @@
 // managedFields; bounded by nodeapi.MaxObjectBytes, 16 KiB for labels,
 // annotations and spec together, and nodeapi.MaxManagedFieldsBytes, 32
 // KiB: 422 beyond, before any node is asked) and renders the delivered
-// nodeapi.Sandbox like any read (objectOf). Reads are rendered from that
-// one record: live lookups through the fleet (Get, a name-pinned list,
-// never waiting for a publish: the holding node's record, with
-// spec and managedFields, on every replica and after any restart — the
-// view only says which node to ask) and, for List and Watch, the live
-// fleet view (Config.Live, live.go: a revision per applied change,
-// Kubernetes resume and 410 semantics; an Update accepts the revision a
-// list or event gave the object while it is still current; a name-pinned
-// watch is a watch of the view filtered to the name, asking no node, and
-// opens from a revision the view does not know with the name's state,
-// DELETED when gone, instead of 410) or, without
-// one, the NodeInventory view re-derived on a cadence (watch.go) — both
-// fed by the nodes' published items (labels and annotations are published,
-// so label selectors see the user's labels; spec and managedFields are
-// not, so a list item's spec carries only operatingMode and shutdownTime).
-// With a live view, a Get (and an Update's answer, a subresource's, and a
-// name-pinned list) carries the revision the view gave that
-// state — the resourceVersion its lists and watches carry — once the view
-// has applied it (read, live.go: waits up to 1 s while the node's stream
-// is applied); otherwise, and for a Create's answer, the entry's content
-// hash. An Update accepts either while current. metadata.uid is a
+// nodeapi.Sandbox like any read (read, live.go).
+//
+// One read model: the live fleet view (Config.Live, a *fleetview.Live,
+// required: Validate refuses a Config without it and Resources panics),
+// which follows every node's change stream. Every list (a name-pinned one
+// too) is at one of its revisions and every watch streams its changes as
+// each is applied (Kubernetes resume and 410 semantics; a name-pinned
+// watch is a watch of the view filtered to the name, asking no node and
+// never polling, and opens from a revision the view does not know with the
+// name's state, DELETED when gone, instead of 410). Lookups go through the
+// fleet (Get, an Update's current state, a subresource's answer): the
+// holding node's record, with spec and managedFields, on every replica and
+// after any restart — the view only says which node to ask, never waiting
+// for a publish. List items and watch events carry what the view's entries
+// do (labels and annotations, so label selectors see the user's labels;
+// not spec or managedFields, so an item's spec carries only operatingMode
+// and shutdownTime).
+//
+// One revision scheme: every resourceVersion a client sees — a Create's
+// answer, a Get, a list and its items, a watch event, an Update's or a
+// subresource's answer — is a revision of the live view, never a content
+// hash (inventory.Hash is only the check that the view's entry is the
+// node's record). A record read from a node carries the revision the view
+// gave that state, once the view has applied it (read waits up to
+// revisionWait, 1 s, while the node's stream is applied), so a Get, a list
+// item and a watch event of one state carry one resourceVersion. When the
+// view does not hold the state in time (the node's stream is down or
+// lags), the answer carries the view's revision read before the node was
+// asked: a watch from it misses no change since (it may repeat one), and an
+// Update naming a resourceVersion is 409 Conflict until the view holds the
+// current state (one naming none proceeds). Revisions are per replica: a
+// watch from another replica's is 410 Gone. metadata.uid is a
 // name-based UUID of node and claim id (uidOf): the same on Create, Get,
 // List and Watch, on every replica and after a node restart. The stamped
 // labels node/phase/claim/template and annotations claim-id/address/
@@ -41,7 +52,8 @@
 // both are AlreadyExists. The one residual race (two replicas, two nodes,
 // one publish window) is described in package fleet; Delete releases, by
 // claim id, every microVM any node records under the name, so it always
-// completes. Update serves PUT and PATCH (merge, JSON, strategic merge,
+// completes, and answers once the nodes and the live view no longer hold
+// them (a list after it does not show them). Update serves PUT and PATCH (merge, JSON, strategic merge,
 // server-side apply with managedFields): labels and annotations are
 // mutable, spec.operatingMode pauses and resumes, spec.shutdownTime renews
 // (clamped), any other spec change is 422 and a stale resourceVersion 409
@@ -50,7 +62,8 @@
 // (400) on every write. Errors map through fleet.HTTPStatus, as on the e2b
 // surface.
 //
-// It owns the storage adapters (storage, watch, subresources, convert,
-// filter, table, errors) and declares the Fleet it needs; it must not talk
+// It owns the storage adapters (storage, live, watch, subresources,
+// convert, filter, table, errors) and declares the Fleet and LiveSource it
+// needs; it must not talk
 // to nodes except through that Fleet, nor import the node daemon.
 package sandboxstore

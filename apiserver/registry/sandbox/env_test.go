@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
-	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
@@ -27,7 +26,7 @@ func (f *envFleet) Claim(ctx context.Context, req nodeapi.ClaimRequest) (nodeapi
 
 func TestCreate_FirstContainersLiteralEnvIsLateBound(t *testing.T) {
 	f := &envFleet{nameFleet: nameFleet{held: map[string]bool{}, refused: map[string]bool{}}}
-	s := &sandboxStorage{fleet: f, view: &inventory.Static{}, now: time.Now}
+	s := &sandboxStorage{fleet: f, live: &fakeLive{}, now: time.Now}
 	ctx := genericapirequest.WithNamespace(context.Background(), "ns")
 	sb := newSandbox("web", "")
 	sb.Spec.PodTemplate.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "EMPTY"}}

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
-	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/sandbox"
 )
@@ -22,7 +21,7 @@ import (
 // looked up (the fleet here has no ByRef: a lookup would panic), as the
 // e2b API does.
 func TestFork_CountsPastTheNodesBoundAre400BeforeAnyLookup(t *testing.T) {
-	s := &sandboxStorage{fleet: &nameFleet{}, view: &inventory.Static{}, now: time.Now}
+	s := &sandboxStorage{fleet: &nameFleet{}, live: &fakeLive{}, now: time.Now}
 	fork := s.verbs()["fork"]
 	ctx := genericapirequest.WithNamespace(context.Background(), "ns")
 	for _, count := range []int32{-1, nodeapi.MaxForkCount + 1, 100} {
@@ -49,7 +48,7 @@ func (quotaFleet) Fork(context.Context, nodeapi.Sandbox, int, int64) ([]nodeapi.
 // 429 TooManyRequests with the node's words, as on the e2b API — not a 503
 // ("no capacity, retry"): retrying does not help until something is freed.
 func TestFork_PastTheTreesLimitIs429(t *testing.T) {
-	s := &sandboxStorage{fleet: quotaFleet{}, view: &inventory.Static{}, now: time.Now}
+	s := &sandboxStorage{fleet: quotaFleet{}, live: &fakeLive{}, now: time.Now}
 	ctx := genericapirequest.WithNamespace(context.Background(), "ns")
 	_, err := s.verbs()["fork"].Create(ctx, "web", &sandbox.SandboxForkOptions{Count: 2}, nil, &metav1.CreateOptions{})
 	if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "--max-fork-children") {

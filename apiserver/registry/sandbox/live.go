@@ -19,12 +19,13 @@ import (
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
-// LiveSource is a live fleet view with a revision per applied change
-// (*fleetview.Live is one). When Config.Live is set, lists that are not
-// pinned to one name, and every watch, read it: a list is at one revision,
-// and a watch from that revision gets exactly the later changes, as each
-// arrives. A watch pinned to one name is the same watch with the name in
-// its filter (no node is asked, at open or after).
+// LiveSource is the live fleet view (*fleetview.Live is one), the one
+// read model of the sandboxes storage (Config.Live, required): every list
+// (a name-pinned one included) is at one of its revisions, and a watch from
+// a revision gets exactly the later changes, as each arrives; a watch
+// pinned to one name is the same watch with the name in its filter (no
+// node is asked, at open or after). Every resourceVersion a client sees is
+// one of its revisions (read).
 //
 // Revisions are per API server replica (like metrics-server's, nothing is
 // stored): a revision another replica, or an earlier process, handed out
@@ -53,17 +54,20 @@ type LiveSource interface {
 // the change the node just answered with (its stream's latency).
 const revisionWait = time.Second
 
-// read renders a record a node answered with, with the resourceVersion
-// lists and watches give that object (revisionOf), so a Get, a list item
-// and a watch event of one state carry one resourceVersion: an update may
-// carry it, a watch may resume from it. Without a live source, or when the
-// source does not hold this state (its node's stream is down), the
-// content hash of the entry (objectOf).
-func (s *sandboxStorage) read(ctx context.Context, sb nodeapi.Sandbox) *sandboxv1beta1.Sandbox {
+// read renders a record a node answered with (a Get, a Create's or an
+// Update's answer, a subresource's) with a resourceVersion of the live
+// source, so a Get, a list item and a watch event of one state carry one
+// resourceVersion: the revision the source gave this state (revisionOf:
+// waiting up to revisionWait while the node's stream is applied). When the
+// source does not hold the state in that time (the node's stream is down
+// or lags), it is before, the source's revision read before the node was
+// asked: a watch from it misses no change since the read (it may repeat
+// one), and an Update carrying it is 409 until the source holds the state.
+func (s *sandboxStorage) read(ctx context.Context, sb nodeapi.Sandbox, before uint64) *sandboxv1beta1.Sandbox {
 	if rv, ok := s.revisionOf(ctx, &sb); ok {
 		return synthesize(&sb, rv)
 	}
-	return objectOf(sb)
+	return synthesize(&sb, before)
 }
 
 // revisionOf returns the live source's revision of the entry that speaks
@@ -71,17 +75,14 @@ func (s *sandboxStorage) read(ctx context.Context, sb nodeapi.Sandbox) *sandboxv
 // source follows the node's stream, so a record the node just changed is
 // waited for, up to revisionWait and only while that stream is applied.
 func (s *sandboxStorage) revisionOf(ctx context.Context, sb *nodeapi.Sandbox) (uint64, bool) {
-	if s.live == nil || sb.ID == "" {
+	if sb.ID == "" {
 		return 0, false
 	}
-	name := inventory.NameOf(sb)
-	e := inventory.EntryOf(sb)
-	want := inventory.Hash(sb.Node, &e)
 	var deadline <-chan time.Time
 	for {
 		rv := s.live.Rev()
-		if it, ok := s.live.Current(name); ok && it.Entry.ID == sb.ID && inventory.Hash(it.Node.Name, it.Entry) == want {
-			return it.Rev, true
+		if it, ok := s.holds(sb); ok {
+			return it, true
 		}
 		if !s.live.Streaming(sb.Node) {
 			return 0, false
@@ -108,20 +109,19 @@ func (s *sandboxStorage) revisionOf(ctx context.Context, sb *nodeapi.Sandbox) (u
 	}
 }
 
-// liveCurrent reports whether rv is the revision the live view gave the
-// object named ref (in a Get, a list or a watch event) and that object is
-// still cur, the node's record: an Update may carry it (or the content
-// hash a Create's answer carries).
-func (s *sandboxStorage) liveCurrent(ref string, cur nodeapi.Sandbox, rv string) bool {
-	if s.live == nil {
-		return false
+// holds returns the revision of the entry that speaks for sb's name when
+// that entry is sb: its claim id, and its content (inventory.Hash, an
+// equality check only, never a resourceVersion).
+func (s *sandboxStorage) holds(sb *nodeapi.Sandbox) (uint64, bool) {
+	it, ok := s.live.Current(inventory.NameOf(sb))
+	if !ok || it.Entry.ID != sb.ID {
+		return 0, false
 	}
-	it, ok := s.live.Current(ref)
-	if !ok || rvString(it.Rev) != rv || it.Entry.ID != cur.ID {
-		return false
+	e := inventory.EntryOf(sb)
+	if inventory.Hash(sb.Node, &e) != inventory.Hash(it.Node.Name, it.Entry) {
+		return 0, false
 	}
-	e := inventory.EntryOf(&cur)
-	return inventory.Hash(cur.Node, &e) == inventory.Hash(it.Node.Name, it.Entry)
+	return it.Rev, true
 }
 
 // liveBookmarkEvery is the cadence of progress bookmarks on a live watch
@@ -135,7 +135,7 @@ func versionedObject(it inventory.Item, rv uint64) *sandboxv1beta1.Sandbox {
 	return synthesize(&s, rv)
 }
 
-// listLive is List over the live source.
+// listLive is a list at one revision of the live source.
 func (s *sandboxStorage) listLive(f filter) *sandboxv1beta1.SandboxList {
 	items, rv := s.live.List(f.keep)
 	list := &sandboxv1beta1.SandboxList{
@@ -225,8 +225,8 @@ func (s *sandboxStorage) watchLive(ctx context.Context, f filter, opts *metainte
 }
 
 // pinnedResync opens a watch pinned to ref from a resourceVersion this
-// replica does not know (a content hash, another replica's, one out of the
-// history) with the name's state in the view: ADDED, or DELETED when the
+// replica does not know (another replica's, an earlier process's, one out
+// of the history) with the name's state in the view: ADDED, or DELETED when the
 // view does not hold it — the caller saw some state, and without that event
 // `kubectl wait --for=delete` would wait forever. It returns the revision
 // to follow from (taken before the state is read, so no change is missed),

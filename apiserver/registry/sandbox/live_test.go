@@ -2,6 +2,7 @@ package sandboxstore
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
 	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/sandbox"
 )
 
@@ -25,6 +28,8 @@ type fakeLive struct {
 	changes     []inventory.Change
 	expireBelow atomic.Uint64 // the watcher reads it while the test moves it
 	wake        chan struct{}
+	// streaming is what Streaming reports for every node.
+	streaming bool
 }
 
 func (f *fakeLive) List(keep func(inventory.Item) bool) ([]inventory.Versioned, uint64) {
@@ -65,14 +70,14 @@ func (f *fakeLive) CurrentByID(id string) (inventory.Versioned, bool) {
 
 func (f *fakeLive) Rev() uint64 { return uint64(100 + len(f.changes)) }
 
-func (f *fakeLive) Streaming(string) bool { return true }
+func (f *fakeLive) Streaming(string) bool { return f.streaming }
 
 func liveItem(name, phase string) inventory.Item {
 	return inventory.Item{Node: &inventory.Node{Name: "n1", Address: "a:1"}, Entry: &inventory.Entry{Name: name, ID: "sb_" + name, Phase: phase, ClaimRef: name}}
 }
 
 func liveStorage(src LiveSource) *sandboxStorage {
-	return Resources(Config{Live: src, View: inventory.NewStatic()})["sandboxes"].(*sandboxStorage)
+	return Resources(Config{Live: src, Fleet: &nameFleet{}})["sandboxes"].(*sandboxStorage)
 }
 
 func events(t *testing.T, w watch.Interface, n int) []string {
@@ -154,4 +159,71 @@ func TestLiveList_IsAtOneRevisionWithPerObjectRevisions(t *testing.T) {
 	if l.ResourceVersion != "100" || len(l.Items) != 2 || l.Items[0].Name != "a" || l.Items[0].ResourceVersion != "42" || l.Items[1].ResourceVersion != "99" {
 		t.Fatalf("list rv %s items %+v", l.ResourceVersion, l.Items)
 	}
+}
+
+// recordFleet answers lookups with rec, as the node holding it would.
+type recordFleet struct {
+	Fleet
+	rec nodeapi.Sandbox
+}
+
+func (f recordFleet) ByRef(context.Context, string) (nodeapi.Sandbox, error)     { return f.rec, nil }
+func (f recordFleet) LiveByRef(context.Context, string) (nodeapi.Sandbox, error) { return f.rec, nil }
+
+// Every resourceVersion is a revision of the live view: a Get of the state
+// the view holds carries the revision the view gave it (what its lists and
+// watches carry); a Get of a state the view does not hold (the node's
+// stream is down) carries the view's revision from before the node was
+// asked, never a content hash, and an Update naming a resourceVersion is
+// then 409 rather than checked against nothing.
+func TestGet_ResourceVersionIsALiveRevisionNeverAContentHash(t *testing.T) {
+	rec := nodeapi.Sandbox{ID: "sb_a", Node: "n1", ClaimRef: "ns/a", Template: "img:1"}
+	e := inventory.EntryOf(&rec)
+	node := &inventory.Node{Name: "n1", Address: "a:1"}
+	ctx := genericapirequest.WithNamespace(context.Background(), "ns")
+	get := func(src *fakeLive, rec nodeapi.Sandbox) (*sandboxStorage, string) {
+		t.Helper()
+		s := Resources(Config{Live: src, Fleet: recordFleet{rec: rec}})["sandboxes"].(*sandboxStorage)
+		obj, err := s.Get(ctx, "a", &metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, obj.(*sandboxv1beta1.Sandbox).ResourceVersion
+	}
+	held := &fakeLive{items: []inventory.Versioned{{Item: inventory.Item{Node: node, Entry: &e}, Rev: 42}}}
+	if _, rv := get(held, rec); rv != "42" {
+		t.Fatalf("get of the state the view holds: rv %s, want the view's 42", rv)
+	}
+	paused := rec
+	paused.Paused = true // the node's state is newer than the view's entry
+	pe := inventory.EntryOf(&paused)
+	s, rv := get(held, paused)
+	if rv != "100" || rv == rvString(inventory.Hash("n1", &pe)) {
+		t.Fatalf("get of a state the view does not hold: rv %s, want the view's revision before the read (100)", rv)
+	}
+	for _, stale := range []string{"42", "100"} {
+		in := synthesize(&paused, 0)
+		in.ResourceVersion = stale
+		if _, _, err := s.Update(ctx, "a", rest.DefaultUpdatedObjectInfo(in), nil, nil, false, &metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+			t.Fatalf("update with rv %s while the view lags the node: %v, want 409", stale, err)
+		}
+	}
+	// Held: an older revision is 409 before anything is written.
+	s, _ = get(held, rec)
+	in := synthesize(&rec, 41)
+	if _, _, err := s.Update(ctx, "a", rest.DefaultUpdatedObjectInfo(in), nil, nil, false, &metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+		t.Fatalf("update with a stale rv: %v, want 409", err)
+	}
+}
+
+func TestResources_RequiresTheLiveView(t *testing.T) {
+	if err := (Config{Fleet: &nameFleet{}}).Validate(); err == nil || !strings.Contains(err.Error(), "Live") {
+		t.Fatalf("Validate without Live = %v", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Resources without a live view did not panic")
+		}
+	}()
+	Resources(Config{Fleet: &nameFleet{}})
 }

@@ -19,7 +19,7 @@ func TestSynthesize_UIDIsStableAndNamedByNodeAndClaim(t *testing.T) {
 	a := nodeapi.Sandbox{ID: "sb_1", Node: "n1", ClaimRef: "ns/web"}
 	b := a
 	b.Paused, b.Deadline = true, time.Now()
-	if uidOf(&a) == "" || uidOf(&a) != uidOf(&b) || objectOf(a).UID != uidOf(&a) {
+	if uidOf(&a) == "" || uidOf(&a) != uidOf(&b) || synthesize(&a, 1).UID != uidOf(&a) {
 		t.Fatalf("uid changes with the record's state: %s %s", uidOf(&a), uidOf(&b))
 	}
 	for _, other := range []nodeapi.Sandbox{{ID: "sb_2", Node: "n1"}, {ID: "sb_1", Node: "n2"}} {
@@ -37,7 +37,7 @@ func TestSynthesize_UserPartAndStampedKeysWin(t *testing.T) {
 		Deadline: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		Object: nodeapi.Object{Labels: map[string]string{"team": "a", sandbox.LabelNode: "forged"},
 			Annotations: map[string]string{"note": "x", sandbox.AnnotationClaimID: "forged"}, Spec: raw}}
-	sb := objectOf(rec)
+	sb := synthesize(&rec, 1)
 	if sb.Labels["team"] != "a" || sb.Labels[sandbox.LabelNode] != "n1" || sb.Annotations["note"] != "x" || sb.Annotations[sandbox.AnnotationClaimID] != "sb_1" {
 		t.Fatalf("labels %v annotations %v", sb.Labels, sb.Annotations)
 	}

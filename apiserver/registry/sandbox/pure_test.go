@@ -57,14 +57,16 @@ func TestSynthesize(t *testing.T) {
 	if sb.Annotations[sandbox.AnnotationToken] != "" {
 		t.Error("a read carries the sandbox token")
 	}
-	// A live lookup renders (and hashes) like the entry its node publishes.
+	// The node's record and the view's entry of one state are equal by
+	// content (holds: the record then carries the entry's revision), and
+	// the entry renders like the record.
 	e := inventory.Entry{Name: "ns/web", ID: "sb_1", Phase: "Paused", Template: "ghcr.io/x/y:1", ClaimRef: "ns/web", AgentAddr: "10.1.2.3:4000", Deadline: &dl, ClaimedAt: &at}
-	if live := objectOf(rec); live.ResourceVersion != fmt.Sprint(inventory.Hash("n1", &e)) {
-		t.Errorf("live rv %s ≠ published rv %d", live.ResourceVersion, inventory.Hash("n1", &e))
+	if re := inventory.EntryOf(&rec); inventory.Hash("n1", &re) != inventory.Hash("n1", &e) {
+		t.Errorf("the record's entry %+v ≠ the view's %+v", re, e)
 	}
 	it := inventory.Item{Node: &inventory.Node{Name: "n1"}, Entry: &e, Hash: 7}
-	if fromView := itemObject(it); fromView.Labels[sandbox.LabelPhase] != "Paused" || fromView.Annotations[sandbox.AnnotationAddress] != "10.1.2.3:4000" {
-		t.Errorf("view read = %v %v", fromView.Labels, fromView.Annotations)
+	if fromView := versionedObject(it, 9); fromView.Labels[sandbox.LabelPhase] != "Paused" || fromView.Annotations[sandbox.AnnotationAddress] != "10.1.2.3:4000" || fromView.ResourceVersion != "9" {
+		t.Errorf("view read = %v %v rv %s", fromView.Labels, fromView.Annotations, fromView.ResourceVersion)
 	}
 	bare := synthesize(&nodeapi.Sandbox{ClaimRef: "default/plain", Node: "n1"}, 1)
 	if bare.Namespace != "default" || bare.Annotations != nil || bare.Status.Conditions[0].Status != metav1.ConditionTrue ||

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -22,7 +21,6 @@ import (
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
 	"github.com/hearthvm/hearth/fleet"
-	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/sandbox"
@@ -60,14 +58,10 @@ var _ Fleet = (*fleet.NodeFleet)(nil)
 type Config struct {
 	// Fleet claims, looks up and acts on sandboxes. Required.
 	Fleet Fleet
-	// View is the published fleet view lists and watches read. Required.
-	View inventory.Viewer
-	// Live, when set, serves every watch and the lists not pinned to a
-	// name (live.go); View still serves lookups.
+	// Live is the live fleet view (a *fleetview.Live, the one the fleet
+	// locates sandboxes in): every list and watch reads it, and every
+	// resourceVersion is one of its revisions (live.go). Required.
 	Live LiveSource
-	// WatchInterval is the re-derive cadence of watches without Live;
-	// default 1s. Never backs off.
-	WatchInterval time.Duration
 	// DeleteTimeout bounds how long Delete waits for the node to drop a
 	// released sandbox; default 30s.
 	DeleteTimeout time.Duration
@@ -75,12 +69,29 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Validate reports a Config the storage cannot serve from: Fleet and Live
+// are required.
+func (c Config) Validate() error {
+	var missing []string
+	if c.Fleet == nil {
+		missing = append(missing, "Fleet")
+	}
+	if c.Live == nil {
+		missing = append(missing, "Live (the live fleet view, *fleetview.Live)")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("sandboxstore: Config.%s required", strings.Join(missing, " and Config."))
+	}
+	return nil
+}
+
 // Resources returns the sandboxes storage and its lifecycle subresources,
 // keyed by their path under the group version ("sandboxes",
-// "sandboxes/pause", ...), ready for an APIGroupInfo.
+// "sandboxes/pause", ...), ready for an APIGroupInfo. It panics on a
+// Config that Validate refuses (a wiring error).
 func Resources(c Config) map[string]rest.Storage {
-	if c.WatchInterval <= 0 {
-		c.WatchInterval = time.Second
+	if err := c.Validate(); err != nil {
+		panic(err)
 	}
 	if c.DeleteTimeout <= 0 {
 		c.DeleteTimeout = 30 * time.Second
@@ -88,7 +99,7 @@ func Resources(c Config) map[string]rest.Storage {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	s := &sandboxStorage{fleet: c.Fleet, view: c.View, live: c.Live, interval: c.WatchInterval, now: c.Now, deleteTimeout: c.DeleteTimeout}
+	s := &sandboxStorage{fleet: c.Fleet, live: c.Live, now: c.Now, deleteTimeout: c.DeleteTimeout}
 	out := map[string]rest.Storage{"sandboxes": s}
 	for verb, v := range s.verbs() {
 		out["sandboxes/"+verb] = v
@@ -98,11 +109,9 @@ func Resources(c Config) map[string]rest.Storage {
 
 // sandboxStorage is the REST storage of sandboxes: nothing is stored.
 type sandboxStorage struct {
-	fleet    Fleet
-	view     inventory.Viewer
-	live     LiveSource
-	interval time.Duration
-	now      func() time.Time
+	fleet Fleet
+	live  LiveSource
+	now   func() time.Time
 	// deleteTimeout bounds how long Delete waits for the node to drop the sandbox.
 	deleteTimeout time.Duration
 }
@@ -206,6 +215,7 @@ func (s *sandboxStorage) create(ctx context.Context, in *sandboxv1beta1.Sandbox,
 	if held, ok := s.fleet.Held(ctx, ref); ok {
 		return nil, alreadyExists(out.Name, held)
 	}
+	before := s.live.Rev()
 	// The claim (and a Suspended sandbox's pause) runs to completion even
 	// if the client goes away, so its outcome is known; a delivery nobody
 	// will receive is released (fleet.Detached).
@@ -233,8 +243,9 @@ func (s *sandboxStorage) create(ctx context.Context, in *sandboxv1beta1.Sandbox,
 	}
 	sb := sbs[0]
 	// The delivery is rendered like any read (Create, Get, List and Watch
-	// agree on uid, labels, annotations and spec), plus the token.
-	read := objectOf(sb)
+	// agree on uid, labels, annotations, spec and resourceVersion), plus
+	// the token.
+	read := s.read(ctx, sb, before)
 	if read.Annotations == nil {
 		read.Annotations = map[string]string{}
 	}
@@ -265,92 +276,36 @@ func refOf(ctx context.Context, name string) string {
 	return ns + "/" + name
 }
 
-// Get reads one sandbox by name, asking the nodes live (never waiting for
-// a publish), with the resourceVersion lists and watches give it (read).
+// Get reads one sandbox by name: the record of the node the live view
+// (or this replica's claim-time index) names, never waiting for a publish,
+// with the resourceVersion lists and watches give it (read).
 func (s *sandboxStorage) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	before := s.live.Rev()
 	sb, err := s.fleet.ByRef(ctx, refOf(ctx, name))
 	if err != nil {
 		return nil, fleetError(err, name, "get")
 	}
-	return s.read(ctx, sb), nil
+	return s.read(ctx, sb, before), nil
 }
 
-// List reads the view; a list pinned to one name in a namespace also asks
-// the nodes live, so it includes an unpublished claim (at the live source's
-// revision, when there is one, so a pinned watch resumes from it).
+// List reads the live view at one revision; a list pinned to one name is
+// the same list with the name in its filter (no node is asked).
 func (s *sandboxStorage) List(ctx context.Context, opts *metainternalversion.ListOptions) (runtime.Object, error) {
 	ns, _ := genericapirequest.NamespaceFrom(ctx)
 	f, err := newFilter(ns, opts)
 	if err != nil {
 		return nil, err
 	}
-	if _, pinned := f.pinned(); !pinned && s.live != nil {
-		return s.listLive(f), nil
-	}
-	v := s.view.View()
-	list := &sandboxv1beta1.SandboxList{
-		TypeMeta: metav1.TypeMeta{APIVersion: sandboxv1beta1.GroupVersion.String(), Kind: "SandboxList"},
-		ListMeta: metav1.ListMeta{ResourceVersion: fmt.Sprint(v.Sum())},
-		Items:    []sandboxv1beta1.Sandbox{},
-	}
-	if s.live != nil {
-		// Taken before the nodes answer: a watch from it misses no change.
-		list.ResourceVersion = rvString(s.live.Rev())
-	}
-	if ref, ok := f.pinned(); ok {
-		if obj, err := s.pinnedObject(ctx, ref, v, f); err != nil {
-			return nil, err
-		} else if obj != nil {
-			list.Items = append(list.Items, *obj)
-		}
-		return list, nil
-	}
-	for i := 0; i < v.Len(); i++ {
-		if it := v.At(i); f.keep(it) {
-			list.Items = append(list.Items, *itemObject(it))
-		}
-	}
-	sort.SliceStable(list.Items, func(i, j int) bool {
-		a, b := &list.Items[i], &list.Items[j]
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
-		}
-		return a.Name < b.Name
-	})
-	return list, nil
-}
-
-// pinnedObject reads the one sandbox a name-pinned list or watch selects:
-// live from the nodes, else the published entry; nil when neither has it
-// or the selectors reject it.
-func (s *sandboxStorage) pinnedObject(ctx context.Context, ref string, v *inventory.View, f filter) (*sandboxv1beta1.Sandbox, error) {
-	sb, err := s.fleet.LiveByRef(ctx, ref)
-	switch {
-	case err == nil:
-		if !f.matches(&sb) {
-			return nil, nil
-		}
-		return s.read(ctx, sb), nil
-	case !errors.Is(err, fleet.ErrNotFound):
-		return nil, fleetError(err, ref, "get")
-	}
-	if s.live != nil {
-		if it, ok := s.live.Current(ref); ok && f.keep(it.Item) {
-			return versionedObject(it.Item, it.Rev), nil
-		}
-		return nil, nil
-	}
-	if it, ok := v.ByName(ref); ok && f.keep(it) {
-		return itemObject(it), nil
-	}
-	return nil, nil
+	return s.listLive(f), nil
 }
 
 // Delete releases, by claim id, every microVM any node records under the
 // name (a node refuses a second claim of one name, but two nodes may each
 // hold one: see the package doc), so `kubectl delete` always completes,
-// and answers once no node holds them (or the view drops them). When no
-// node answers for the name, the index's or view's record is released.
+// and answers once no node holds them and the live view has dropped them
+// (read your writes: a list after the answer does not show them; a node
+// whose stream is down is not waited for). When no node answers for the
+// name, the index's or view's record is released.
 func (s *sandboxStorage) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, opts *metav1.DeleteOptions) (runtime.Object, bool, error) {
 	if opts != nil && isDryRun(opts.DryRun) {
 		return nil, false, errDryRun("delete")
@@ -366,7 +321,12 @@ func (s *sandboxStorage) Delete(ctx context.Context, name string, deleteValidati
 	if err != nil {
 		return nil, false, fleetError(err, name, "get")
 	}
-	obj := objectOf(all[len(all)-1])
+	last := all[len(all)-1]
+	rv, ok := s.holds(&last)
+	if !ok {
+		rv = s.live.Rev()
+	}
+	obj := synthesize(&last, rv)
 	if deleteValidation != nil {
 		if err := deleteValidation(ctx, obj); err != nil {
 			return nil, false, err
@@ -390,8 +350,9 @@ func (s *sandboxStorage) Delete(ctx context.Context, name string, deleteValidati
 	return obj, true, nil
 }
 
-// waitGone polls until no node holds sb's claim id, or the view no longer
-// lists it.
+// waitGone polls until no node holds sb's claim id and the live view no
+// longer lists it (unless its node's stream is down), or, when no node
+// answers, until the view no longer lists it.
 func (s *sandboxStorage) waitGone(ctx context.Context, sb nodeapi.Sandbox) error {
 	ctx, cancel := context.WithTimeout(ctx, s.deleteTimeout)
 	defer cancel()
@@ -399,10 +360,11 @@ func (s *sandboxStorage) waitGone(ctx context.Context, sb nodeapi.Sandbox) error
 	defer tick.Stop()
 	for {
 		_, err := s.fleet.LiveByID(ctx, sb.ID)
-		if errors.Is(err, fleet.ErrNotFound) {
+		_, listed := s.live.CurrentByID(sb.ID)
+		switch {
+		case errors.Is(err, fleet.ErrNotFound) && (!listed || !s.live.Streaming(sb.Node)):
 			return nil
-		}
-		if !s.inView(sb.ID) && err != nil {
+		case err != nil && !listed:
 			return nil
 		}
 		select {
@@ -413,31 +375,13 @@ func (s *sandboxStorage) waitGone(ctx context.Context, sb nodeapi.Sandbox) error
 	}
 }
 
-// inView reports whether the view (the live source when there is one)
-// lists claim id id.
-func (s *sandboxStorage) inView(id string) bool {
-	if s.live != nil {
-		_, ok := s.live.CurrentByID(id)
-		return ok
-	}
-	_, ok := s.view.View().ByID(id)
-	return ok
-}
-
-// Watch streams the live source's changes (watchLive), a watch pinned to
-// one name included; without a live source, the view's (newWatch).
+// Watch streams the live view's changes (watchLive), a watch pinned to
+// one name included.
 func (s *sandboxStorage) Watch(ctx context.Context, opts *metainternalversion.ListOptions) (watch.Interface, error) {
 	ns, _ := genericapirequest.NamespaceFrom(ctx)
 	f, err := newFilter(ns, opts)
 	if err != nil {
 		return nil, err
 	}
-	if s.live != nil {
-		return s.watchLive(ctx, f, opts)
-	}
-	bookmark := opts != nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents && opts.AllowWatchBookmarks
-	// A watch resuming from a list (a resourceVersion other than "" or "0")
-	// has seen some state: see watchPinned.
-	resumed := opts != nil && opts.ResourceVersion != "" && opts.ResourceVersion != "0"
-	return s.newWatch(ctx, f, bookmark, resumed), nil
+	return s.watchLive(ctx, f, opts)
 }

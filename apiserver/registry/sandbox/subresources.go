@@ -63,10 +63,11 @@ func (v *verbStorage) Create(ctx context.Context, name string, obj runtime.Objec
 func (s *sandboxStorage) verbs() map[string]*verbStorage {
 	// reread returns the sandbox as its node now reports it.
 	reread := func(ctx context.Context, sb nodeapi.Sandbox) (runtime.Object, error) {
+		before := s.live.Rev()
 		if now, err := s.fleet.LiveByID(ctx, sb.ID); err == nil {
-			return s.read(ctx, now), nil
+			return s.read(ctx, now, before), nil
 		}
-		return objectOf(sb), nil
+		return synthesize(&sb, before), nil
 	}
 	return map[string]*verbStorage{
 		"pause": {s: s, verb: "pause", new: func() runtime.Object { return &sandbox.SandboxPauseOptions{} },

@@ -35,8 +35,11 @@ import (
 //
 // Any other spec change is 422 (field.Forbidden naming the field); a
 // resourceVersion other than the current one is 409 Conflict. Status is
-// synthesized: a change to it is ignored. An apply to a name no sandbox
-// holds creates it (forceAllowCreate).
+// synthesized: a change to it is ignored. The current resourceVersion is
+// the live view's revision of the node's record (read); while the view
+// does not hold that record's state, an update naming a resourceVersion is
+// 409 (one naming none, as a merge patch does, proceeds). An apply to a
+// name no sandbox holds creates it (forceAllowCreate).
 func (s *sandboxStorage) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, opts *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	if opts != nil && isDryRun(opts.DryRun) {
 		return nil, false, errDryRun("update")
@@ -54,7 +57,14 @@ func (s *sandboxStorage) Update(ctx context.Context, name string, objInfo rest.U
 	if err != nil {
 		return nil, false, fleetError(err, name, "get")
 	}
-	old := objectOf(cur)
+	// The current resourceVersion is the live source's revision of cur;
+	// while the source does not hold cur (its node's stream is down), none
+	// is current and an update that names one is 409.
+	rv, held := s.revisionOf(ctx, &cur)
+	old := synthesize(&cur, rv)
+	if !held {
+		old.ResourceVersion = ""
+	}
 	obj, err := objInfo.UpdatedObject(ctx, old)
 	if err != nil {
 		return nil, false, err
@@ -63,9 +73,12 @@ func (s *sandboxStorage) Update(ctx context.Context, name string, objInfo rest.U
 	if !ok {
 		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("not a Sandbox: %T", obj))
 	}
-	if in.ResourceVersion != "" && in.ResourceVersion != old.ResourceVersion && !s.liveCurrent(ref, cur, in.ResourceVersion) {
-		return nil, false, apierrors.NewConflict(sandboxesResource, name,
-			fmt.Errorf("resourceVersion %s is not the current %s: the object has been modified; please apply your changes to the latest version and try again", in.ResourceVersion, old.ResourceVersion))
+	if in.ResourceVersion != "" && in.ResourceVersion != old.ResourceVersion {
+		why := fmt.Errorf("resourceVersion %s is not the current %s: the object has been modified; please apply your changes to the latest version and try again", in.ResourceVersion, old.ResourceVersion)
+		if !held {
+			why = fmt.Errorf("resourceVersion %s cannot be checked: this API server's live view does not hold the sandbox's current state yet (node %q's change stream); read it again and retry", in.ResourceVersion, cur.Node)
+		}
+		return nil, false, apierrors.NewConflict(sandboxesResource, name, why)
 	}
 	if in.UID != "" && in.UID != old.UID {
 		return nil, false, apierrors.NewConflict(sandboxesResource, name, fmt.Errorf("metadata.uid %s is not the current %s", in.UID, old.UID))
@@ -121,11 +134,12 @@ func (s *sandboxStorage) Update(ctx context.Context, name string, objInfo rest.U
 			return nil, false, fleetError(err, name, "renew")
 		}
 	}
+	before := s.live.Rev()
 	now2, err := s.fleet.LiveByID(ctx, cur.ID)
 	if err != nil {
 		return nil, false, fleetError(err, name, "get")
 	}
-	return s.read(ctx, now2), false, nil
+	return s.read(ctx, now2, before), false, nil
 }
 
 // immutableSpec names every part of spec that differs from the current

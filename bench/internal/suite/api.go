@@ -20,6 +20,7 @@ import (
 	"github.com/hearthvm/hearth/bench/internal/simfleet"
 	"github.com/hearthvm/hearth/bench/internal/stats"
 	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/server"
 )
 
@@ -29,6 +30,7 @@ import (
 type apiSystem struct {
 	Fleet  *simfleet.Fleet
 	Router *fleet.NodeFleet
+	Live   *fleetview.Live
 	REST   *rest.Config
 	Client *sandboxClient
 	stop   func()
@@ -50,9 +52,21 @@ func startAPI(ctx context.Context, opts simfleet.Options) (*apiSystem, error) {
 	if err != nil {
 		return fail(err)
 	}
-	o.WatchInterval = 100 * time.Millisecond
-	o.View = f.View
-	sys.Router = fleet.New(fleet.Config{View: f.View, Secret: simfleet.Token})
+	// As sandbox-apiserver serves: a live fleet view (the nodes' change
+	// streams over the published membership) that the fleet and the API
+	// server both read.
+	live := fleetview.New(f.View, fleetview.Config{Secret: simfleet.Token})
+	lctx, lcancel := context.WithCancel(context.Background())
+	liveDone := make(chan struct{})
+	go func() { defer close(liveDone); live.Run(lctx) }()
+	stopNodes := func() { lcancel(); <-liveDone; f.Close() }
+	sys.stop = stopNodes
+	if err := live.WaitForSync(ctx); err != nil {
+		return fail(err)
+	}
+	sys.Live = live
+	o.Live = live
+	sys.Router = fleet.New(fleet.Config{View: live, Secret: simfleet.Token})
 	o.Fleet = sys.Router
 	if err := o.Complete(); err != nil {
 		return fail(err)
@@ -77,7 +91,7 @@ func startAPI(ctx context.Context, opts simfleet.Options) (*apiSystem, error) {
 		case <-done:
 		case <-time.After(30 * time.Second):
 		}
-		f.Close()
+		stopNodes()
 	}
 	url := "https://" + addr
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
@@ -204,7 +218,7 @@ func APIClaims(ctx context.Context, cfg Config) error {
 		router *fleet.NodeFleet
 	}{
 		{"same apiserver (claim-time index)", nil},
-		{"another replica (empty index: asks nodes live)", fleet.New(fleet.Config{View: f.View, Secret: simfleet.Token})},
+		{"another replica (empty index: asks the node the live view names)", fleet.New(fleet.Config{View: sys.Live, Secret: simfleet.Token})},
 	}
 	for ri, r := range readers {
 		var gets []time.Duration
