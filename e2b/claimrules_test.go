@@ -41,6 +41,11 @@ func TestCreate_ClaimRulesRefuseBeforeAnyNodeIsAsked(t *testing.T) {
 		b, _ := json.Marshal(body)
 		status, out := g.raw("POST", "/sandboxes", strings.NewReader(string(b)), map[string]string{"X-API-KEY": apiKey})
 		requireJSONError(t, http.StatusBadRequest, status, out)
+		field := "metadata"
+		if _, ok := body["envVars"]; ok {
+			field = "envVars"
+		}
+		require.Contains(t, string(out), field, name)
 		g.f.mu.Lock()
 		claims, leaseAsks := len(g.f.claims), g.f.leaseAsks
 		g.f.mu.Unlock()

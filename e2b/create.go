@@ -120,6 +120,11 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 	freq.Env, freq.Metadata, freq.Lifecycle = req.EnvVars, req.Metadata, life
 	freq.Object = nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}
 	if errs := freq.Validate(); len(errs) > 0 {
+		for _, e := range errs { // the field as the request names it
+			if e.Field == "env" || strings.HasPrefix(e.Field, "env[") {
+				e.Field = "envVars" + strings.TrimPrefix(e.Field, "env")
+			}
+		}
 		writeError(w, http.StatusBadRequest, "%v", errs.ToAggregate())
 		return
 	}
