@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/fleet/fleettest"
 	"github.com/hearthvm/hearth/inventory"
 )
 
@@ -74,7 +75,7 @@ func TestDataPlane_FakeCredentialsCostNoNodeCallOnARealFleet(t *testing.T) {
 	view := inventory.NewStatic()
 	view.Set(&inventory.NodeInventory{Node: "n1", Address: strings.TrimPrefix(node.URL, "http://"),
 		Pools: []inventory.Pool{{Template: "rt", Warm: 1, Target: 1}}})
-	fl := fleet.New(fleet.Config{View: view, Secret: "s"})
+	fl := fleet.New(fleet.Config{View: fleettest.StaticView{Static: view}, Secret: "s"})
 	h, err := New(Config{Fleet: fl, APIKeys: []string{apiKey}, Domain: "gw.local"})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)

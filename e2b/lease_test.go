@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/fleet/fleettest"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/nodeapi"
@@ -80,7 +81,7 @@ func TestLease_BoundsComeFromARealNode(t *testing.T) {
 		return ok && len(nd.Pools) == 1 && nd.Pools[0].Warm == 1
 	}, 30*time.Second, 20*time.Millisecond)
 
-	h, err := New(Config{Fleet: fleet.New(fleet.Config{View: view, Secret: secret}), APIKeys: []string{apiKey}})
+	h, err := New(Config{Fleet: fleet.New(fleet.Config{View: fleettest.StaticView{Static: view}, Secret: secret}), APIKeys: []string{apiKey}})
 	require.NoError(t, err)
 	gsrv := httptest.NewServer(h)
 	t.Cleanup(gsrv.Close)

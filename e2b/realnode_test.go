@@ -21,7 +21,7 @@ import (
 func TestFork_PastTheTreesLimitIs429OnARealNode(t *testing.T) {
 	nodes := fleettest.Start(t, 1)
 	nodes.SetWarm(t, nodeapi.PoolSpec{Template: "rt"}, 2)
-	h, err := New(Config{Fleet: fleet.New(fleet.Config{View: nodes.View, Secret: fleettest.Secret}), APIKeys: []string{apiKey}})
+	h, err := New(Config{Fleet: nodes.NewFleet(t, fleet.Config{}), APIKeys: []string{apiKey}})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/internal/testagent"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
@@ -23,7 +24,8 @@ func TestMain(m *testing.M) { testagent.Main(m) }
 
 // newNodeFleet returns the fleet the SDK acceptance test runs against: a real
 // in-process node (sim driver: every sandbox is a sandbox-agent process)
-// publishing into an in-memory view, and the real fleet.NodeFleet over it.
+// publishing into an in-memory view, a live fleet view over it (the node's
+// change stream), and the real fleet.NodeFleet over that.
 func newNodeFleet(t testing.TB) *fleet.NodeFleet {
 	return fleet.New(fleet.Config{View: newNodeView(t), Secret: sdkRootToken})
 }
@@ -32,9 +34,10 @@ func newNodeFleet(t testing.TB) *fleet.NodeFleet {
 // secret its own token derives from.
 const sdkRootToken = "sdk-root-token"
 
-// newNodeView runs the node newNodeFleet uses and returns its view; a
-// second fleet.New over it is a restarted gateway's fleet (empty index).
-func newNodeView(t testing.TB) inventory.Viewer {
+// newNodeView runs the node newNodeFleet uses and returns the live view
+// over it; a second fleet.New over it is a restarted gateway's fleet
+// (empty index).
+func newNodeView(t testing.TB) fleet.View {
 	const rootToken = sdkRootToken
 	simRoot := t.TempDir()
 	driver, err := sim.New(sim.Options{Root: simRoot, AgentCommand: []string{testagent.Path(t)}})
@@ -77,10 +80,15 @@ func newNodeView(t testing.TB) inventory.Viewer {
 	if _, err := nc.PutPools(ctx, []nodeapi.PoolSpec{{Template: sdkTemplate, Warm: 3}}); err != nil {
 		t.Fatal(err)
 	}
+	live := fleetview.New(view, fleetview.Config{Secret: rootToken})
+	lctx, lcancel := context.WithCancel(context.Background())
+	liveDone := make(chan struct{})
+	go func() { defer close(liveDone); live.Run(lctx) }()
+	t.Cleanup(func() { lcancel(); <-liveDone })
 	// Poll (with a deadline) until the view advertises warm capacity.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if warm(view.View()) >= 2 {
+		if warm(live.View()) >= 2 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -88,7 +96,7 @@ func newNodeView(t testing.TB) inventory.Viewer {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return view
+	return live
 }
 
 func warm(v *inventory.View) int32 {

@@ -31,32 +31,9 @@ func viewOf(total int) (*inventory.Static, string, string) {
 	return inventory.NewStatic(invs...), mid.Name, mid.ID
 }
 
-// BenchmarkFleet_LookupFromView resolves one published sandbox by ref and by
-// id through the fleet (claim-time index miss, view hit): allocations stay
-// flat as the fleet grows.
-func BenchmarkFleet_LookupFromView(b *testing.B) {
-	for _, n := range []int{1_000, 100_000} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			view, ref, id := viewOf(n)
-			f := fleet.New(fleet.Config{View: view})
-			ctx := context.Background()
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := f.ByRef(ctx, ref); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := f.ByID(ctx, id); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkFleet_LookupFromLiveStore is the same through a live view's
-// store (the Locator the API server wires): what a lookup costs when it
-// reads the one source of truth instead of a rebuilt View.
+// BenchmarkFleet_LookupFromLiveStore resolves one sandbox by ref and by id
+// through the fleet (claim-time index miss) from a live view's store, the
+// one read model: allocations stay flat as the fleet grows.
 func BenchmarkFleet_LookupFromLiveStore(b *testing.B) {
 	for _, n := range []int{1_000, 100_000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {

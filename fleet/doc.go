@@ -2,8 +2,9 @@
 // claim to a warm node (power of two choices over the view's advertised
 // capacity, see Route), finds sandboxes by name or claim id without waiting
 // for a publish (its claim-time index — a claim made here is found before
-// its node's stream delivers it —, the view — a Locator's live store when
-// there is one, see Config.Locator —, then the nodes live), acts
+// its node's stream delivers it —, the live fleet view — Config.View, a
+// *fleetview.Live, required: the one read model, which also gives the
+// nodes to route to —, then the nodes live), acts
 // on a sandbox through its owning node, and maps every error to one HTTP
 // status (HTTPStatus). Every sandbox it returns is the one record
 // nodeapi.Sandbox, located (Node, NodeAddr) and with defaults set once here.
@@ -30,7 +31,7 @@
 // else the view, each verified with the one node it names). One race is
 // left: two API server replicas claiming one name on two different nodes
 // before either's view has the other's claim (milliseconds, the change
-// stream's latency, with a live Locator; a publish window without one).
+// stream's latency).
 // Both claims then live; a read by name shows the newest, and Delete by
 // name (AllByRef) releases every one, so nothing leaks past a delete. Closing it would need a write per claim to
 // a shared store, which Hearth deliberately does not make.

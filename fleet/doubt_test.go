@@ -61,7 +61,7 @@ func TestFleet_ClaimWhoseAnswerIsLostIsNeverDoubled(t *testing.T) {
 	f.SetWarm(t, spec, 2, 2)
 	ctx := context.Background()
 	bad := &faultyNode{addr: f.Nodes[0].Addr}
-	fl := fleet.New(fleet.Config{View: f.View, Secret: fleettest.Secret, Seed: 5, HTTP: &http.Client{Transport: bad}})
+	fl := f.NewFleet(t, fleet.Config{Seed: 5, HTTP: &http.Client{Transport: bad}})
 
 	// Only node-0 advertises: the first claim goes there, and its answer is lost.
 	f.View.Set(f.Nodes[0].Inventory())
@@ -115,7 +115,7 @@ func TestFleet_ClaimInDoubtThatDidNotLandIsClaimedOnRetry(t *testing.T) {
 	f.SetWarm(t, spec, 1, 1)
 	ctx := context.Background()
 	bad := &faultyNode{addr: f.Nodes[0].Addr}
-	fl := fleet.New(fleet.Config{View: f.View, Secret: fleettest.Secret, Seed: 5, HTTP: &http.Client{Transport: bad}})
+	fl := f.NewFleet(t, fleet.Config{Seed: 5, HTTP: &http.Client{Transport: bad}})
 	f.View.Set(f.Nodes[0].Inventory())
 	bad.mode.Store(nodeHangsUp0)
 	if _, err := fl.Claim(ctx, nodeapi.ClaimFor(key, "ns/c")); fleet.HTTPStatus(err) != http.StatusServiceUnavailable {

@@ -19,14 +19,21 @@ import (
 
 var spec = nodeapi.PoolSpec{Template: key.Template, Net: key.Net, Size: key.Size}
 
-func newFleet(f *fleettest.Fleet, seed uint64) *fleet.NodeFleet {
-	return fleet.New(fleet.Config{View: f.View, Secret: fleettest.Secret, Seed: seed})
+func newFleet(t testing.TB, f *fleettest.Fleet, seed uint64) *fleet.NodeFleet {
+	return f.NewFleet(t, fleet.Config{Seed: seed})
+}
+
+// newStaticFleet is a fleet over f's published view only (no change
+// streams), for tests of what the fleet does with what a view advertises
+// or lacks: f.View.Set and f.Publish are then the view's only changes.
+func newStaticFleet(f *fleettest.Fleet, seed uint64) *fleet.NodeFleet {
+	return fleet.New(fleet.Config{View: fleettest.StaticView{Static: f.View}, Secret: fleettest.Secret, Seed: seed})
 }
 
 func TestFleet_EquallyWarmNodesAllGetClaims(t *testing.T) {
 	f := fleettest.Start(t, 4)
 	f.SetWarm(t, spec, 60, 60, 60, 60)
-	fl := newFleet(f, 7)
+	fl := newFleet(t, f, 7)
 	counts := map[string]int{}
 	for i := 0; i < 200; i++ {
 		d, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, ""))
@@ -49,7 +56,7 @@ func TestFleet_WarmerNodeGetsMostClaims(t *testing.T) {
 	invs := []*inventory.NodeInventory{f.Nodes[0].Inventory(), f.Nodes[1].Inventory()}
 	invs[0].Pools[0].Warm, invs[1].Pools[0].Warm = 100, 1
 	f.View.Set(invs...)
-	fl := newFleet(f, 11)
+	fl := newStaticFleet(f, 11)
 	warm := 0
 	for i := 0; i < 200; i++ {
 		d, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, ""))
@@ -76,7 +83,7 @@ func TestFleet_DrainedNodeIsSkippedThenNoWarmCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleettest.WaitWarm(t, f.Nodes[0], key.Template, 0)
-	fl := newFleet(f, 3)
+	fl := newStaticFleet(f, 3)
 	for i := 0; i < 4; i++ { // whatever the sample, node 1 delivers
 		d, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, "ns/x"))
 		if err != nil {
@@ -101,7 +108,7 @@ func TestFleet_DrainedNodeIsSkippedThenNoWarmCapacity(t *testing.T) {
 func TestFleet_LookupsNeverWaitForAPublish(t *testing.T) {
 	f := fleettest.Start(t, 3)
 	f.SetWarm(t, spec, 2, 2, 2)
-	fl := newFleet(f, 5)
+	fl := newFleet(t, f, 5)
 	d, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, "ns/web"))
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +118,7 @@ func TestFleet_LookupsNeverWaitForAPublish(t *testing.T) {
 	if _, ok := f.View.View().ByName("ns/web"); ok {
 		t.Fatal("test setup: the view already holds the claim")
 	}
-	for name, fl := range map[string]*fleet.NodeFleet{"claiming replica": fl, "second replica (empty index)": newFleet(f, 6)} {
+	for name, fl := range map[string]*fleet.NodeFleet{"claiming replica": fl, "second replica (empty index)": newFleet(t, f, 6)} {
 		loc, err := fl.ByRef(ctx, "ns/web")
 		if err != nil || loc.ID != d.ID || loc.Node != d.Node {
 			t.Fatalf("%s: ByRef = %+v, %v; want %s on %s", name, loc, err, d.ID, d.Node)
@@ -121,10 +128,10 @@ func TestFleet_LookupsNeverWaitForAPublish(t *testing.T) {
 			t.Fatalf("%s: ByID = %+v, %v", name, loc, err)
 		}
 	}
-	if _, err := newFleet(f, 8).ByRef(ctx, "ns/nope"); !errors.Is(err, fleet.ErrNotFound) {
+	if _, err := newFleet(t, f, 8).ByRef(ctx, "ns/nope"); !errors.Is(err, fleet.ErrNotFound) {
 		t.Fatalf("ByRef(missing) = %v, want ErrNotFound", err)
 	}
-	if _, err := newFleet(f, 8).ByID(ctx, "sb_nope"); !errors.Is(err, fleet.ErrNotFound) {
+	if _, err := newFleet(t, f, 8).ByID(ctx, "sb_nope"); !errors.Is(err, fleet.ErrNotFound) {
 		t.Fatalf("ByID(missing) = %v, want ErrNotFound", err)
 	}
 
@@ -141,11 +148,11 @@ func TestFleet_LookupsNeverWaitForAPublish(t *testing.T) {
 		t.Fatalf("Fork = %+v, %v", kids, err)
 	}
 	for _, k := range kids {
-		if got, err := newFleet(f, 9).ByID(ctx, k.ID); err != nil || got.Node != d.Node {
+		if got, err := newFleet(t, f, 9).ByID(ctx, k.ID); err != nil || got.Node != d.Node {
 			t.Fatalf("fork child %s: ByID = %+v, %v", k.ID, got, err)
 		}
 		if k.ClaimRef != "" {
-			if got, err := newFleet(f, 9).ByRef(ctx, k.ClaimRef); err != nil || got.ID != k.ID {
+			if got, err := newFleet(t, f, 9).ByRef(ctx, k.ClaimRef); err != nil || got.ID != k.ID {
 				t.Fatalf("fork child by ref %s: %+v, %v", k.ClaimRef, got, err)
 			}
 		}
@@ -154,14 +161,14 @@ func TestFleet_LookupsNeverWaitForAPublish(t *testing.T) {
 	if err != nil || ck.ID == "" || ck.Node != d.Node {
 		t.Fatalf("Snapshot = %+v, %v", ck, err)
 	}
-	cks, err := newFleet(f, 10).Snapshots(ctx)
+	cks, err := newFleet(t, f, 10).Snapshots(ctx)
 	if err != nil || len(cks) != 1 || cks[0].ID != ck.ID {
 		t.Fatalf("Snapshots = %+v, %v", cks, err)
 	}
-	if err := newFleet(f, 10).DeleteSnapshot(ctx, ck.ID); err != nil {
+	if err := newFleet(t, f, 10).DeleteSnapshot(ctx, ck.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := newFleet(f, 10).DeleteSnapshot(ctx, ck.ID); !errors.Is(err, fleet.ErrNotFound) {
+	if err := newFleet(t, f, 10).DeleteSnapshot(ctx, ck.ID); !errors.Is(err, fleet.ErrNotFound) {
 		t.Fatalf("second DeleteSnapshot = %v, want ErrNotFound", err)
 	}
 	if _, err := fl.Stats(ctx, loc); err != nil {
@@ -195,7 +202,7 @@ func TestFleet_LookupsNeverWaitForAPublish(t *testing.T) {
 func TestFleet_ConcurrentClaimsAndLookups(t *testing.T) {
 	f := fleettest.Start(t, 2)
 	f.SetWarm(t, spec, 20, 20)
-	fl := newFleet(f, 1)
+	fl := newFleet(t, f, 1)
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
 	for i := 0; i < 20; i++ {
@@ -233,18 +240,18 @@ func TestFleet_UnreachableNodeMakesMissIncomplete(t *testing.T) {
 	dead := &inventory.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: "dead"}, Node: "dead", Address: "127.0.0.1:1",
 		Pools: []inventory.Pool{{Template: key.Template, Net: "none", Size: "small", Warm: 50}}}
 	f.View.Set(ln, dead)
-	fl := newFleet(f, 2)
+	fl := newFleet(t, f, 2)
 	// The dead node advertises more, so it is sampled; its dial error re-samples.
 	for i := 0; i < 1; i++ {
 		if _, err := fl.Claim(context.Background(), nodeapi.ClaimFor(key, "ns/x")); err != nil {
 			t.Fatalf("claim with a dead candidate: %v", err)
 		}
 	}
-	_, err := newFleet(f, 3).LiveByRef(context.Background(), "ns/missing")
+	_, err := newFleet(t, f, 3).LiveByRef(context.Background(), "ns/missing")
 	if !errors.Is(err, fleet.ErrNotFound) || !errors.Is(err, fleet.ErrIncomplete) {
 		t.Fatalf("miss with a dead node = %v, want ErrNotFound and ErrIncomplete", err)
 	}
-	if loc, err := newFleet(f, 4).ByRef(context.Background(), "ns/x"); err != nil || loc.Node != "node-0" {
+	if loc, err := newFleet(t, f, 4).ByRef(context.Background(), "ns/x"); err != nil || loc.Node != "node-0" {
 		t.Fatalf("ByRef with a dead node = %+v, %v", loc, err)
 	}
 }
@@ -252,7 +259,7 @@ func TestFleet_UnreachableNodeMakesMissIncomplete(t *testing.T) {
 func TestFleet_ListShowsClaimsBeforePublishWithTheirRecord(t *testing.T) {
 	f := fleettest.Start(t, 2)
 	f.SetWarm(t, spec, 2, 2)
-	fl := newFleet(f, 11)
+	fl := newFleet(t, f, 11)
 	ctx := context.Background()
 	md := map[string]string{"team": "x"}
 	d, err := fl.Claim(ctx, nodeapi.ClaimRequest{Template: key.Template, Net: key.Net, Size: key.Size, ClaimRef: "ns/early", Metadata: md})

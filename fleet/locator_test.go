@@ -88,7 +88,6 @@ func TestFleet_LookupsReadTheLocatorNotTheViewsEntries(t *testing.T) {
 		name string
 		fl   *fleet.NodeFleet
 	}{
-		{"Config.Locator", fleet.New(fleet.Config{View: f.View, Locator: loc, Secret: fleettest.Secret})},
 		{"a View that is a Locator", fleet.New(fleet.Config{View: viewAndLocator{f.View, loc}, Secret: fleettest.Secret})},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -176,48 +176,32 @@ func (f *NodeFleet) lookup(ctx context.Context, key string, byRef bool) (nodeapi
 	return f.askAll(ctx, key, byRef)
 }
 
-// find looks key (a name, or a claim id) up in the view: the Locator's
-// store when there is one, else the View's entries.
+// find looks key (a name, or a claim id) up in the live view.
 func (f *NodeFleet) find(key string, byRef bool) (inventory.Item, bool) {
-	if l := f.cfg.Locator; l != nil {
-		var v inventory.Versioned
-		var ok bool
-		if byRef {
-			v, ok = l.Current(key)
-		} else {
-			v, ok = l.CurrentByID(key)
-		}
-		return v.Item, ok
-	}
+	var v inventory.Versioned
+	var ok bool
 	if byRef {
-		return f.cfg.View.View().ByName(key)
+		v, ok = f.cfg.View.Current(key)
+	} else {
+		v, ok = f.cfg.View.CurrentByID(key)
 	}
-	return f.cfg.View.View().ByID(key)
+	return v.Item, ok
 }
 
-// items returns every entry of the view (the Locator's, sorted by name
-// then claim id, else the View's, in its order).
+// items returns every entry of the live view, sorted by name then claim id.
 func (f *NodeFleet) items() []inventory.Item {
-	if l := f.cfg.Locator; l != nil {
-		vs, _ := l.List(nil)
-		out := make([]inventory.Item, len(vs))
-		for i := range vs {
-			out[i] = vs[i].Item
+	vs, _ := f.cfg.View.List(nil)
+	out := make([]inventory.Item, len(vs))
+	for i := range vs {
+		out[i] = vs[i].Item
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].Entry, out[j].Entry
+		if a.Name != b.Name {
+			return a.Name < b.Name
 		}
-		sort.Slice(out, func(i, j int) bool {
-			a, b := out[i].Entry, out[j].Entry
-			if a.Name != b.Name {
-				return a.Name < b.Name
-			}
-			return a.ID < b.ID
-		})
-		return out
-	}
-	v := f.cfg.View.View()
-	out := make([]inventory.Item, v.Len())
-	for i := range out {
-		out[i] = v.At(i)
-	}
+		return a.ID < b.ID
+	})
 	return out
 }
 
@@ -326,8 +310,7 @@ func (f *NodeFleet) askAll(ctx context.Context, key string, byRef bool) (nodeapi
 // live lookup: the sandbox may still exist on one of them.
 var ErrIncomplete = errors.New("some nodes did not answer")
 
-// List returns every sandbox the view knows, in its order (by name with a
-// Locator), then the
+// List returns every sandbox the live view knows, by name, then the
 // indexed claims the view does not list yet, each verified live (one a
 // node no longer holds is dropped from the index; one whose node does not
 // answer is listed as indexed). Each record carries what the view's entry

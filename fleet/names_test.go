@@ -14,7 +14,7 @@ func TestFleet_HeldSeesIndexAndViewWithoutFanOut(t *testing.T) {
 	f := fleettest.Start(t, 2)
 	f.SetWarm(t, spec, 1, 1)
 	ctx := context.Background()
-	a, other := newFleet(f, 1), newFleet(f, 2)
+	a, other := newStaticFleet(f, 1), newStaticFleet(f, 2)
 	d, err := a.Claim(ctx, nodeapi.ClaimFor(key, "ns/web"))
 	if err != nil {
 		t.Fatal(err)
@@ -42,10 +42,10 @@ func TestFleet_ClaimOfAHeldNameIsTheNodes409(t *testing.T) {
 	f := fleettest.Start(t, 1)
 	f.SetWarm(t, spec, 2)
 	ctx := context.Background()
-	if _, err := newFleet(f, 1).Claim(ctx, nodeapi.ClaimFor(key, "ns/web")); err != nil {
+	if _, err := newFleet(t, f, 1).Claim(ctx, nodeapi.ClaimFor(key, "ns/web")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := newFleet(f, 2).Claim(ctx, nodeapi.ClaimFor(key, "ns/web"))
+	_, err := newFleet(t, f, 2).Claim(ctx, nodeapi.ClaimFor(key, "ns/web"))
 	if !errors.Is(err, nodeapi.ErrConflict) || fleet.HTTPStatus(err) != 409 {
 		t.Fatalf("second claim = %v (status %d), want the node's 409", err, fleet.HTTPStatus(err))
 	}
@@ -60,11 +60,11 @@ func TestFleet_AllByRefFindsEveryHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	all, err := newFleet(f, 3).AllByRef(ctx, "ns/twice")
+	all, err := newFleet(t, f, 3).AllByRef(ctx, "ns/twice")
 	if err != nil || len(all) != 2 || all[0].Node == all[1].Node || all[0].NodeAddr == "" {
 		t.Fatalf("AllByRef = %+v, %v", all, err)
 	}
-	if _, err := newFleet(f, 3).AllByRef(ctx, "ns/none"); !errors.Is(err, fleet.ErrNotFound) {
+	if _, err := newFleet(t, f, 3).AllByRef(ctx, "ns/none"); !errors.Is(err, fleet.ErrNotFound) {
 		t.Fatalf("AllByRef(none) = %v", err)
 	}
 }

@@ -12,16 +12,22 @@ import (
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
+// View is the live fleet view the fleet routes and locates by: its nodes
+// (names, addresses and warm pools: routing, inventory.Viewer) and where
+// each sandbox is as of its last applied change (Locator). *fleetview.Live
+// is the one production uses (sandbox-apiserver, sandbox-e2b, sandbox-dev)
+// and the API server's lists and watches read: one source of truth for
+// routing, lookups, lists and watches alike.
+type View interface {
+	inventory.Viewer
+	Locator
+}
+
 // Config configures New.
 type Config struct {
-	// View supplies the nodes (names, addresses, warm pools: routing) and,
-	// without a Locator, the published entries lookups read. Required.
-	View inventory.Viewer
-	// Locator, when set, is where lookups, Held and List find sandboxes
-	// instead of the View's entries. Left nil, New takes View when it is a
-	// Locator (a *fleetview.Live): one source of truth for routing and
-	// lookups alike.
-	Locator Locator
+	// View is the live fleet view (*fleetview.Live). Required: New panics
+	// without one.
+	View View
 	// Secret is the fleet secret. It is never sent: each node is sent its
 	// own token, nodeapi.NodeToken(Secret, node name), keyed by the name
 	// the view (NodeInventory metadata.name) gives the node, so an address
@@ -44,8 +50,8 @@ type Config struct {
 // NodeFleet implements Fleet over a view of NodeInventory and the nodes'
 // HTTP API. Claims are routed by power of two choices over advertised warm
 // capacity (see Route). Lookups consult, in order: the claim-time index and
-// that node live, the view (the Locator when there is one, else the
-// View's entries) and the one node it names, then every node live — never
+// that node live, the live view (Locator) and the one node it names, then
+// every node live — never
 // waiting for a publish; they return the holding node's record. Verbs go to the owning node by claim id; a node's 404 is
 // ErrNotFound, its other errors keep their status (see HTTPStatus).
 type NodeFleet struct {
@@ -76,8 +82,8 @@ func New(cfg Config) *NodeFleet {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 16
 	}
-	if cfg.Locator == nil {
-		cfg.Locator, _ = cfg.View.(Locator)
+	if cfg.View == nil {
+		panic("fleet.New: Config.View (the live fleet view, *fleetview.Live) is required")
 	}
 	seed := cfg.Seed
 	if seed == 0 {

@@ -42,7 +42,7 @@ func TestFleet_PublishedAddressReceivesOnlyThatNodesToken(t *testing.T) {
 		Address: f.Nodes[0].Addr,
 		Pools:   []inventory.Pool{{Template: "example.com/bait2:1", Net: "none", Size: "small", Warm: 50}}}
 	f.View.Set(f.Nodes[0].Inventory(), f.Nodes[1].Inventory(), evil, mimic)
-	fl := fleet.New(fleet.Config{View: f.View, Secret: fleettest.Secret, Seed: 1})
+	fl := f.NewFleet(t, fleet.Config{Seed: 1})
 
 	_, _ = fl.Claim(context.Background(), nodeapi.ClaimFor(keyOf("example.com/bait:1"), "ns/a"))
 	_, _ = fl.Snapshots(context.Background())

@@ -17,7 +17,7 @@ func TestFleet_ClaimSnapshotGoesToTheHoldingNodeUnderTheRef(t *testing.T) {
 	ctx := context.Background()
 	f := fleettest.Start(t, 2)
 	f.SetWarm(t, spec, 0, 2)
-	fl := newFleet(f, 3)
+	fl := newFleet(t, f, 3)
 	src, err := fl.Claim(ctx, nodeapi.ClaimFor(key, "team-a/src"))
 	if err != nil {
 		t.Fatal(err)

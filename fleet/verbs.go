@@ -78,9 +78,9 @@ func (f *NodeFleet) Release(ctx context.Context, s nodeapi.Sandbox) error {
 // settle waits, at most settleTimeout, until the Locator shows what the
 // node just did to claim id (cond), so that the caller's next list reads
 // its own write: a paused sandbox listed as paused, a released one gone.
-// Without an awaiting Locator it returns at once.
+// A view that cannot wait (a test's static one) returns at once.
 func (f *NodeFleet) settle(ctx context.Context, id string, cond func(v inventory.Versioned, ok bool) bool) {
-	aw, ok := f.cfg.Locator.(awaiter)
+	aw, ok := f.cfg.View.(awaiter)
 	if !ok {
 		return
 	}

@@ -2,8 +2,11 @@
 // loopback for tests of the fleet, the router and the API surfaces. The
 // nodes boot "VMs" through vmmtest.Driver, an in-memory vmm.Driver without
 // processes: everything above the driver (claim table, pools, leases, the
-// HTTP API) is the real node. The fleet view is a Static viewer that the
-// test refreshes with Publish, as an inventory publish would.
+// HTTP API) is the real node. View is a Static viewer of the nodes'
+// published inventories that the test refreshes with Publish, as an
+// inventory publish would: membership for StartLive, the live fleet view
+// over the nodes' change streams that production runs, and that fleets
+// (NewFleet) and API servers read.
 package fleettest
 
 import (
@@ -16,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/inventory"
@@ -193,6 +197,44 @@ func Warm(t testing.TB, n *Node, template string) int32 {
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
 	require.Eventuallyf(t, cond, timeout, 10*time.Millisecond, format, args...)
+}
+
+// NewFleet returns a fleet over a live view of f's nodes (StartLive), as
+// the servers build one; cfg's View and Secret are set, the rest is kept.
+func (f *Fleet) NewFleet(t testing.TB, cfg fleet.Config) *fleet.NodeFleet {
+	t.Helper()
+	cfg.View, cfg.Secret = f.StartLive(t), Secret
+	return fleet.New(cfg)
+}
+
+// StaticView is a Static view whose entries a fleet locates sandboxes in
+// (a fleet.View), for tests whose nodes are fakes that serve no change
+// stream. Production, and the tests over real nodes, locate sandboxes in
+// a *fleetview.Live (StartLive, NewFleet); this is no server's read model.
+type StaticView struct{ *inventory.Static }
+
+// Current returns the first entry of name in the static view.
+func (v StaticView) Current(name string) (inventory.Versioned, bool) {
+	it, ok := v.View().ByName(name)
+	return inventory.Versioned{Item: it}, ok
+}
+
+// CurrentByID returns the entry of claim id id in the static view.
+func (v StaticView) CurrentByID(id string) (inventory.Versioned, bool) {
+	it, ok := v.View().ByID(id)
+	return inventory.Versioned{Item: it}, ok
+}
+
+// List returns the static view's entries keep accepts (nil: every one).
+func (v StaticView) List(keep func(inventory.Item) bool) ([]inventory.Versioned, uint64) {
+	view := v.View()
+	var out []inventory.Versioned
+	for i := 0; i < view.Len(); i++ {
+		if it := view.At(i); keep == nil || keep(it) {
+			out = append(out, inventory.Versioned{Item: it})
+		}
+	}
+	return out, 0
 }
 
 // StartLive runs a fleetview.Live over f's nodes (their published

@@ -10,6 +10,7 @@ import (
 	"github.com/hearthvm/hearth/bench/internal/simfleet"
 	"github.com/hearthvm/hearth/bench/internal/stats"
 	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
@@ -37,7 +38,15 @@ func NodeClaims(ctx context.Context, cfg Config) error {
 	defer f.Close()
 	n0 := f.Nodes[0]
 	h := n0.Node.Handler()
-	fl := fleet.New(fleet.Config{View: f.View, Secret: simfleet.Token})
+	live := fleetview.New(f.View, fleetview.Config{Secret: simfleet.Token})
+	lctx, lcancel := context.WithCancel(ctx)
+	liveDone := make(chan struct{})
+	go func() { defer close(liveDone); live.Run(lctx) }()
+	defer func() { lcancel(); <-liveDone }()
+	if err := live.WaitForSync(ctx); err != nil {
+		return err
+	}
+	fl := fleet.New(fleet.Config{View: live, Secret: simfleet.Token})
 
 	paths := []ClaimPath{
 		{Name: "node handler, in process (server time)", Claim: func(ctx context.Context, ref string) error {
