@@ -16,6 +16,8 @@ import (
 	"errors"
 	"net"
 	"time"
+
+	"github.com/hearthvm/hearth/egress"
 )
 
 // Spec describes a microVM to boot or clone.
@@ -140,6 +142,18 @@ type Shutdowner interface {
 // host-based URLs to sandbox ports. Handle.Addr stays the way to the agent.
 type PortDialer interface {
 	Dial(ctx context.Context, h Handle, port int) (net.Conn, error)
+}
+
+// EgressEnforcer is a Driver that enforces an egress policy on a VM of
+// the egress lane from outside the guest: a packet filter the node owns
+// (package egress/nft) and the node's resolver for the guest
+// (egress/resolver). SetEgress makes h enforce p (nil: no policy) before
+// it returns; it is idempotent. A policy survives Pause and Resume; after
+// a Restore (re-attached or restarted) and for a Clone the node calls it
+// again with the policy it recorded. A VM of the lane "none" has no
+// network: SetEgress accepts any policy for it and has nothing to do.
+type EgressEnforcer interface {
+	SetEgress(ctx context.Context, h Handle, p *egress.Policy) error
 }
 
 // Errors a driver returns (wrapped).

@@ -1,11 +1,11 @@
 // Package resolver is the DNS resolver a node runs for each sandbox with
 // an egress policy: the only name resolution its domain rules trust.
 //
-// It answers a name only when the policy could allow traffic for it (the
-// first domain rule matching the name allows it, or no domain rule
-// matches and the policy's Otherwise is allow); any other query is
-// REFUSED without being forwarded, so a guest cannot carry data out in
-// the names it asks for (DNS exfiltration through the node's upstream).
+// It answers a name only when the policy could allow traffic for it
+// (Allows); any other query is REFUSED without being forwarded, so a guest
+// under an allow-list of domains cannot carry data out in the names it
+// asks for (DNS exfiltration through the node's upstream). A policy that
+// allows addresses (a CIDR) answers any name, since a name may point there.
 // An answered query is forwarded to the node's upstream servers, and the
 // A and AAAA records of the answer (at the end of any CNAME chain) are
 // pinned into the filter's sets of every domain run matching the name
@@ -66,6 +66,9 @@ type Config struct {
 	Pin func(set int, addrs []netip.Addr, ttl time.Duration) error
 	// Timeout bounds one upstream exchange; default 3s.
 	Timeout time.Duration
+	// Dial opens the connection to an upstream server ("udp" or "tcp");
+	// default a net.Dialer's (the caller's network namespace).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Resolver serves one sandbox.
@@ -81,6 +84,9 @@ type Resolver struct {
 func New(cfg Config) *Resolver {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 3 * time.Second
+	}
+	if cfg.Dial == nil {
+		cfg.Dial = (&net.Dialer{}).DialContext
 	}
 	return &Resolver{cfg: cfg, policy: cfg.Policy, slots: make(chan struct{}, MaxInFlight)}
 }
@@ -121,16 +127,38 @@ func (r *Resolver) Close() {
 	}
 }
 
-// Allows reports whether p lets the resolver answer name: the first
-// domain rule matching it allows, or none matches and Otherwise allows. A
-// nil policy (the egress lane without one) answers everything.
+// Allows reports whether p lets the resolver answer name: whether any
+// address it could resolve to might be allowed. Walking the rules in
+// order: the first domain rule matching name decides; an allow rule for
+// addresses (a CIDR, or any destination) before that means yes — the name
+// may point there; a deny of every destination (both families, every
+// port) means no; past the last rule, Otherwise decides. A nil policy
+// answers everything. So an allow-list of domains only answers exactly
+// those names, and nothing else reaches the upstream.
 func Allows(p *egress.Policy, name string) bool {
 	if p == nil {
 		return true
 	}
+	denied4, denied6 := false, false
 	for _, rule := range p.Rules {
-		if rule.Domain != "" && egress.MatchesName(rule.Domain, name) {
-			return rule.Action == egress.Allow
+		switch {
+		case rule.Domain != "":
+			if egress.MatchesName(rule.Domain, name) {
+				return rule.Action == egress.Allow
+			}
+		case rule.Action == egress.Allow:
+			return true
+		case len(rule.Ports) == 0 && len(rule.Except) == 0:
+			if rule.CIDR == "" {
+				return false
+			}
+			if pfx, err := egress.Prefix(rule.CIDR); err == nil && pfx.Bits() == 0 {
+				denied4 = denied4 || pfx.Addr().Is4()
+				denied6 = denied6 || pfx.Addr().Is6()
+				if denied4 && denied6 {
+					return false
+				}
+			}
 		}
 	}
 	return p.Otherwise == egress.Allow
@@ -187,11 +215,9 @@ func (r *Resolver) forward(q *dns.Msg) (*dns.Msg, error) {
 	var last error = errors.New("resolver: no upstream")
 	for _, up := range r.cfg.Upstream {
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
-		c := &dns.Client{Net: "udp"}
-		ans, _, err := c.ExchangeContext(ctx, out, up)
+		ans, err := r.exchange(ctx, "udp", out, up)
 		if err == nil && ans.Truncated {
-			c.Net = "tcp"
-			ans, _, err = c.ExchangeContext(ctx, out, up)
+			ans, err = r.exchange(ctx, "tcp", out, up)
 		}
 		cancel()
 		if err == nil {
@@ -200,6 +226,16 @@ func (r *Resolver) forward(q *dns.Msg) (*dns.Msg, error) {
 		last = err
 	}
 	return nil, last
+}
+
+func (r *Resolver) exchange(ctx context.Context, network string, m *dns.Msg, up string) (*dns.Msg, error) {
+	c, err := r.cfg.Dial(ctx, network, up)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	ans, _, err := (&dns.Client{Net: network}).ExchangeWithConnContext(ctx, m, &dns.Conn{Conn: c})
+	return ans, err
 }
 
 // pin adds the answer's addresses to the sets of name's domain runs.

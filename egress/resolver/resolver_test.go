@@ -129,7 +129,6 @@ var allowList = &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{
 	{Action: egress.Deny, Domain: "bad.wild.test"},
 	{Action: egress.Allow, Domain: "allowed.test"},
 	{Action: egress.Allow, Domain: "*.wild.test"},
-	{Action: egress.Allow, CIDR: "203.0.113.0/24"},
 }}
 
 func TestResolver_AnswersAndPinsAllowedNames(t *testing.T) {
@@ -220,4 +219,37 @@ func TestResolver_OnlyStandardQueries(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, dns.RcodeNotImplemented, ans.Rcode)
 	require.Zero(t, up.asked.Load())
+}
+
+func TestAllows(t *testing.T) {
+	e2b := func(in egress.E2B) *egress.Policy {
+		p, errs := egress.FromE2B(in)
+		require.Empty(t, errs)
+		return p
+	}
+	domainsOnly := e2b(egress.E2B{DenyOut: []string{egress.AllTraffic}, AllowOut: []string{"allowed.test", "*.wild.test"}})
+	withAddress := e2b(egress.E2B{DenyOut: []string{egress.AllTraffic}, AllowOut: []string{"allowed.test", "10.1.2.3"}})
+	noInternet := e2b(egress.E2B{AllowInternetAccess: new(bool), AllowOut: []string{"allowed.test"}})
+	denyList := e2b(egress.E2B{DenyOut: []string{"203.0.113.0/24"}})
+	for _, tc := range []struct {
+		p    *egress.Policy
+		name string
+		want bool
+	}{
+		{nil, "anything.test", true},
+		{domainsOnly, "allowed.test", true},
+		{domainsOnly, "a.wild.test", true},
+		{domainsOnly, "denied.test", false},
+		{domainsOnly, "exfil-data.attacker.example", false},
+		{withAddress, "denied.test", true}, // it may point at 10.1.2.3
+		{noInternet, "allowed.test", true},
+		{noInternet, "denied.test", false},
+		{denyList, "denied.test", true},
+		{egress.Default(), "denied.test", true}, // the public internet
+		{&egress.Policy{Otherwise: egress.Deny}, "denied.test", false},
+		{&egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{{Action: egress.Deny}}}, "denied.test", false},
+		{&egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{{Action: egress.Deny, CIDR: "0.0.0.0/0"}}}, "denied.test", true}, // IPv6 still open
+	} {
+		require.Equal(t, tc.want, Allows(tc.p, tc.name), "%s under %+v", tc.name, tc.p)
+	}
 }

@@ -251,7 +251,7 @@ func TestConfinement_Network(t *testing.T) {
 				t.Fatalf("net egress lacks tap0: %v", links)
 			}
 			if lane == "egress" {
-				if r := run(t, h, "cat /etc/resolv.conf; echo x > /etc/resolv.conf && echo WROTE"); r.stdout != "nameserver 10.0.2.3\n" {
+				if r := run(t, h, "cat /etc/resolv.conf; echo x > /etc/resolv.conf && echo WROTE"); r.stdout != "nameserver 10.0.2.100\n" {
 					t.Fatalf("egress resolv.conf: %v", r)
 				}
 			}

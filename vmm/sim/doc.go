@@ -178,7 +178,7 @@
 //
 // # Network
 //
-// Egress VMs get /etc/resolv.conf naming 10.0.2.3 (a read-only bind from
+// Egress VMs get /etc/resolv.conf naming 10.0.2.100 (a read-only bind from
 // the agent layer onto the file opened in the root, no link followed; a
 // guest-made symlink at /etc or /etc/resolv.conf is left alone). The
 // hostname is "sandbox", and /etc/hosts names it: an image's own
@@ -196,11 +196,26 @@
 // "none": loopback only. "egress": slirp4netns (user-mode TCP/IP, run as
 // host root with --enable-sandbox --enable-seccomp --disable-host-loopback,
 // in the VM's cgroup so it is frozen and killed with the VM) gives tap0,
-// 10.0.2.100/24, gateway 10.0.2.2, DNS 10.0.2.3. Before the init proceeds
+// 10.0.2.100/24, gateway 10.0.2.2. Before the init proceeds
 // the driver adds unreachable routes in the namespace for 10.0.2.2 (the
 // host), 169.254.0.0/16 (link-local, metadata) and every address of the
-// node; routes rather than iptables rules because they need no packages
-// and the guest cannot remove them either.
+// node, which the guest cannot remove.
+//
+// # Egress policy
+//
+// As an egress VM boots the driver prepares its filter (egress/nft: a
+// table in the VM's namespace, which the guest cannot change) and serves
+// the node's resolver for it (egress/resolver) on 10.0.2.100:53, from
+// sockets the driver opened in the namespace: the guest's resolv.conf
+// names it (slirp's own DNS, 10.0.2.3, is unused). SetEgress
+// (vmm.EgressEnforcer) applies a policy at claim time: the filter only
+// gains rules (the claim path's cost), and the resolver learns the policy;
+// a VM re-adopted after a node restart gets a new resolver and, at the
+// node's SetEgress, its table replaced (addresses pinned before the
+// restart are dropped: the guest resolves again). Options.UplinkNetns
+// runs slirp4netns and the resolvers' upstream queries in another network
+// namespace (the egress tests' own "internet", internal/testnet);
+// Options.DNS names the upstream servers.
 //
 // The node reaches the agent at Handle.Addr, a 127.0.0.1 port the driver
 // forwards into the VM's netns (a socket created on a thread that joined

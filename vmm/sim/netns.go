@@ -27,7 +27,6 @@ const (
 // slirp4netns's fixed addresses (--cidr default 10.0.2.0/24).
 const (
 	slirpGateway = "10.0.2.2" // the host, as seen from the guest
-	slirpDNS     = "10.0.2.3" // slirp's DNS forwarder
 	slirpTap     = "tap0"
 )
 
@@ -168,7 +167,7 @@ func blockRoutes(nsfd int) error {
 // mapping disabled, and exits when life (a pipe whose write end only the
 // init holds) reports EOF, i.e. with the init. Its pid joins the VM's
 // cgroup by the caller.
-func startSlirp(ctx context.Context, pid int, logf, life *os.File) (*exec.Cmd, error) {
+func startSlirp(ctx context.Context, pid, uplink int, logf, life *os.File) (*exec.Cmd, error) {
 	bin, err := exec.LookPath("slirp4netns")
 	if err != nil {
 		return nil, fmt.Errorf("sim: the egress lane needs slirp4netns: %w", err)
@@ -184,7 +183,12 @@ func startSlirp(ctx context.Context, pid int, logf, life *os.File) (*exec.Cmd, e
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if uplink >= 0 {
+		// Its sockets, the guest's traffic, leave from the uplink namespace.
+		start = func() error { return inNetns(uplink, cmd.Start) }
+	}
+	if err := start(); err != nil {
 		rw.Close()
 		return nil, fmt.Errorf("sim: starting slirp4netns: %w", err)
 	}

@@ -95,7 +95,7 @@ func BusyboxRootfs(dir string) (string, error) {
 		"etc/group":       "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
 		"etc/hostname":    "sandbox\n",
 		"etc/hosts":       "127.0.0.1 localhost\n::1 localhost\n",
-		"etc/resolv.conf": "nameserver 10.0.2.3\n",
+		"etc/resolv.conf": "nameserver " + guestAddr + "\n",
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(tmp, name), []byte(body), 0o644); err != nil {
@@ -245,7 +245,7 @@ func (d *Driver) agentLayer() (layer, guestPath string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	h.Write([]byte("\x00layer v2: agent, resolv.conf"))
+	h.Write([]byte("\x00layer v3: agent, resolv.conf naming the node's resolver"))
 	dst := filepath.Join(d.root, agentsDir, hex.EncodeToString(h.Sum(nil)[:8]))
 	if _, err := os.Stat(filepath.Join(dst, guestAgentDir, name)); err != nil {
 		tmp := dst + ".tmp-" + randHex(4)
@@ -257,7 +257,7 @@ func (d *Driver) agentLayer() (layer, guestPath string, err error) {
 		if _, err := copyFile(src, filepath.Join(bin, name), 0o555); err != nil {
 			return "", "", err
 		}
-		if err := os.WriteFile(filepath.Join(bin, "resolv.conf"), []byte("nameserver "+slirpDNS+"\n"), 0o444); err != nil {
+		if err := os.WriteFile(filepath.Join(bin, "resolv.conf"), []byte("nameserver "+guestAddr+"\n"), 0o444); err != nil {
 			return "", "", err
 		}
 		if err := os.Chmod(bin, 0o555); err != nil {

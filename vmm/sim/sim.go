@@ -99,6 +99,15 @@ type Options struct {
 	DiskBytes int64
 	// Logger defaults to klog.Background().
 	Logger klog.Logger
+	// DNS are the servers ("host" or "host:port") the node's resolvers
+	// forward the egress lane's queries to; default the nameservers of the
+	// uplink namespace's resolv.conf (/etc/netns/<name>/resolv.conf, as
+	// ip-netns keeps them) or else of /etc/resolv.conf.
+	DNS []string
+	// UplinkNetns is the path of the network namespace the egress lane's
+	// traffic leaves from (slirp4netns's sockets, the resolvers' upstream
+	// queries); default the driver's own.
+	UplinkNetns string
 }
 
 // Driver is the sim backend. It implements vmm.Driver and vmm.PortDialer.
@@ -130,6 +139,13 @@ type Driver struct {
 	children map[int]chan struct{}
 	// fwd maps a VM id to its agent forwarder (the Handle.Addr listener).
 	fwd map[string]*forwarder
+	// egress maps an egress-lane VM id to its filter's namespace and its
+	// resolver (egress.go).
+	egress map[string]*egressVM
+	// dns are the resolvers' upstream servers; uplink the descriptor of
+	// Options.UplinkNetns, or -1.
+	dns    []string
+	uplink int
 }
 
 var (
@@ -173,6 +189,8 @@ func New(opts Options) (*Driver, error) {
 		log:         opts.Logger,
 		children:    map[int]chan struct{}{},
 		fwd:         map[string]*forwarder{},
+		egress:      map[string]*egressVM{},
+		uplink:      -1,
 		hc: &http.Client{
 			Timeout:   2 * time.Second,
 			Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
@@ -208,6 +226,14 @@ func New(opts Options) (*Driver, error) {
 	}
 	if d.log.GetSink() == nil {
 		d.log = klog.Background()
+	}
+	if opts.UplinkNetns != "" {
+		if d.uplink, err = unix.Open(opts.UplinkNetns, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return nil, fmt.Errorf("sim: the uplink network namespace: %w", err)
+		}
+	}
+	if d.dns, err = upstreamDNS(opts.DNS, opts.UplinkNetns); err != nil {
+		return nil, err
 	}
 	d.log = d.log.WithName("sim")
 	if err := d.register(); err != nil {
@@ -428,6 +454,7 @@ func (d *Driver) Stop(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
 // processes (the whole cgroup), the root mount, the cgroup.
 func (d *Driver) teardown(dir string, r record) error {
 	d.dropForwarder(r.ID)
+	d.dropEgress(r.ID)
 	killLegacy(dir, r.PID)
 	cg := d.cgroupOf(r)
 	err := cg.kill()
@@ -560,6 +587,22 @@ func (d *Driver) attach(ctx context.Context, r record) (*forwarder, error) {
 		return nil, err
 	}
 	d.setForwarder(r.ID, fwd)
+	if r.Net == NetEgress {
+		d.mu.Lock()
+		_, ok := d.egress[r.ID]
+		d.mu.Unlock()
+		if !ok {
+			nsfd, err := openNetns(r.PID)
+			if err != nil {
+				return nil, err
+			}
+			err = d.startEgress(r.ID, nsfd, false)
+			unix.Close(nsfd)
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
 	return fwd, nil
 }
 

@@ -198,7 +198,7 @@ func (d *Driver) start(ctx context.Context, dir string, r *record, fresh bool) (
 			return err
 		}
 		sctx, cancel := context.WithTimeout(ctx, d.bootTimeout)
-		slirp, err := startSlirp(sctx, pid, logf, lifeR)
+		slirp, err := startSlirp(sctx, pid, d.uplink, logf, lifeR)
 		cancel()
 		if err != nil {
 			return err
@@ -208,6 +208,9 @@ func (d *Driver) start(ctx context.Context, dir string, r *record, fresh bool) (
 			return err
 		}
 		go func() { _ = slirp.Wait() }()
+		if err := d.startEgress(r.ID, nsfd, true); err != nil {
+			return err
+		}
 	}
 	if err := json.NewEncoder(cfgW).Encode(d.initConfig(dir, *r, agentPath, strings.TrimSpace(string(tok)))); err != nil {
 		return fmt.Errorf("%w: init for %s: %v: %s", vmm.ErrVMMExited, r.ID, err, logTail(dir))

@@ -1,0 +1,114 @@
+package sim_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hearthvm/hearth/egress"
+	"github.com/hearthvm/hearth/internal/testagent"
+	"github.com/hearthvm/hearth/internal/testnet"
+	"github.com/hearthvm/hearth/vmm"
+	"github.com/hearthvm/hearth/vmm/sim"
+)
+
+// egressNet is the test network of the egress tests: allowed.test and
+// *.wild.test are what policies allow, denied.test what they do not, and
+// 10.1.2.3 / 169.254.169.254 stand for private and metadata addresses.
+func egressNet(t *testing.T) (*testnet.Net, *sim.Driver) {
+	t.Helper()
+	n := testnet.Start(t,
+		testnet.Host{Addr: "198.18.0.10", Names: []string{"allowed.test"}},
+		testnet.Host{Addr: "198.18.0.20", Names: []string{"denied.test"}},
+		testnet.Host{Addr: "203.0.113.5", Names: []string{"*.wild.test"}},
+		testnet.Host{Addr: "10.1.2.3", Names: []string{"private.test"}},
+		testnet.Host{Addr: "169.254.169.254", Names: []string{"metadata.test"}},
+	)
+	d, err := sim.New(sim.Options{Root: t.TempDir(), AgentCommand: []string{testagent.Path(t)}, BootTimeout: 20 * time.Second, UplinkNetns: n.UplinkPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, d
+}
+
+// get fetches http://target/ from inside h; it reports whether the
+// server answered.
+func get(t *testing.T, h vmm.Handle, target string) bool {
+	t.Helper()
+	r := run(t, h, "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 "+target+" 80 2>&1; true")
+	return strings.Contains(r.stdout, "hello from")
+}
+
+// TestEgress_PolicyEnforcedOutsideTheGuest: a policy set at claim time on
+// a warm VM is enforced by the node's filter and resolver — allowed names
+// and addresses answer, the rest do not — and the guest's root cannot get
+// around it: another DNS server (UDP or TCP), an IP literal it was never
+// told, removing routes or flushing the filter.
+func TestEgress_PolicyEnforcedOutsideTheGuest(t *testing.T) {
+	n, d := egressNet(t)
+	open := boot(t, d, vmm.Spec{ID: "open", Net: "egress"})
+	for _, target := range []string{"allowed.test", "denied.test", "x.wild.test", "198.18.0.20", "10.1.2.3"} {
+		if !get(t, open, target) {
+			t.Fatalf("without a policy %s is unreachable: the test network is broken", target)
+		}
+	}
+	h := boot(t, d, vmm.Spec{ID: "filtered", Net: "egress"})
+	p, errs := egress.FromE2B(egress.E2B{DenyOut: []string{egress.AllTraffic}, AllowOut: []string{"allowed.test", "*.wild.test", "10.1.2.3"}})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if err := d.SetEgress(context.Background(), h, p); err != nil {
+		t.Fatal(err)
+	}
+	for target, want := range map[string]bool{
+		"allowed.test": true, "a.wild.test": true, "10.1.2.3": true,
+		"denied.test": false, "198.18.0.20": false, "169.254.169.254": false,
+	} {
+		if got := get(t, h, target); got != want {
+			t.Errorf("%s: reached %v, want %v", target, got, want)
+		}
+	}
+	hitsBefore := n.Hits("198.18.0.20")
+	for _, attack := range []string{
+		"nslookup denied.test " + testnet.DNSAddr,                              // another DNS server
+		"ip route del default 2>&1; ip route add 198.18.0.20/32 dev tap0 2>&1", // routes
+		"nft flush ruleset 2>&1; iptables -F 2>&1",                             // the filter
+		"echo '198.18.0.20 denied.test' >> /etc/hosts",                         // a name it was not told
+	} {
+		run(t, h, attack)
+	}
+	if get(t, h, "denied.test") || get(t, h, "198.18.0.20") {
+		t.Error("the guest's root got around the policy")
+	}
+	if n.Hits("198.18.0.20") != hitsBefore {
+		t.Error("denied.test's server was reached")
+	}
+}
+
+// TestEgress_DomainAllowListResolvesOnlyItsNames: under an allow-list of
+// domains the node's resolver answers only those names; any other query
+// is refused without reaching the upstream (no DNS exfiltration), and a
+// guest's query to another server is filtered.
+func TestEgress_DomainAllowListResolvesOnlyItsNames(t *testing.T) {
+	n, d := egressNet(t)
+	h := boot(t, d, vmm.Spec{ID: "domains", Net: "egress"})
+	p, errs := egress.FromE2B(egress.E2B{DenyOut: []string{egress.AllTraffic}, AllowOut: []string{"allowed.test"}})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if err := d.SetEgress(context.Background(), h, p); err != nil {
+		t.Fatal(err)
+	}
+	if !get(t, h, "allowed.test") {
+		t.Fatal("allowed.test unreachable")
+	}
+	for _, q := range []string{"nslookup secret-c2VjcmV0.denied.test", "nslookup denied.test " + testnet.DNSAddr} {
+		if r := run(t, h, q+" 2>&1; true"); strings.Contains(r.stdout, "198.18.0.20") {
+			t.Errorf("%s answered: %s", q, r.stdout)
+		}
+	}
+	if got := n.Asked("secret-c2VjcmV0.denied.test") + n.Asked("denied.test"); got != 0 {
+		t.Errorf("the upstream was asked %d times for names the policy does not allow", got)
+	}
+}
