@@ -6,7 +6,10 @@
 // (Live). It serves the fleet its nodes (inventory.Viewer: addresses and
 // warm pools) and its sandboxes (fleet.Locator: by name, by claim id, all),
 // and the sandboxes storage its list/watch source and revisions — one
-// store, read as of its last applied change, never a rebuilt copy.
+// store, read as of its last applied change, never a rebuilt copy. It is
+// the one read model: fleet.New and the sandboxes storage require it
+// (fleet.View, sandboxstore.Config.Live), and every resourceVersion the
+// Kubernetes API hands out is one of its revisions.
 //
 // An entry is what the node's stream carries: pool key, labels,
 // annotations, e2b visibility and the claim's metadata (inventory.Entry),

@@ -28,8 +28,8 @@ import (
 // reads the Store itself, as of now.
 //
 // Names: entries are keyed by claim id; a name ("ns/name") held by several
-// entries is spoken for by the first one that appeared (as in
-// inventory.Diff), and only the speaker's changes are Changes. A claim id
+// entries is spoken for by the first one that appeared, and only the
+// speaker's changes are Changes. A claim id
 // two nodes report (it should not happen) is found as the first one.
 type Store struct {
 	mu    sync.RWMutex

@@ -2,8 +2,14 @@
 // +groupName=sandbox.cocoonstack.io
 
 // Package inventory owns NodeInventory — the one object per node that
-// carries the node's warm pools and claimed sandboxes — and the fleet view
-// assembled from those objects.
+// carries the node's warm pools and claimed sandboxes — and the published
+// view assembled from those objects (View, kept by Source's informer or a
+// test's Static). That view is the live fleet view's membership and
+// fallback (package fleetview, Published), never a read model of its own:
+// the API servers' lists, watches and lookups read the live view, which
+// follows each node's change stream; nothing diffs published views. The
+// live view's changes are typed here (Change, Versioned, EventType) so the
+// fleet and the sandboxes storage share them.
 //
 // NodeInventory lives in sandbox.cocoonstack.io/v1beta1, cluster-scoped,
 // with metadata.name == .node. Nodes server-side-apply their own object on a

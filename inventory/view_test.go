@@ -85,51 +85,6 @@ func TestHash_ChangesWithEveryField(t *testing.T) {
 	}
 }
 
-func TestDiff(t *testing.T) {
-	run := Entry{Name: "ns/a", ID: "sb_1", Phase: "Running"}
-	hib := run
-	hib.Phase = "Paused"
-	other := Entry{Name: "ns/b", ID: "sb_2", Phase: "Running"}
-	dup := Entry{Name: "ns/a", ID: "sb_9", Phase: "Running"}
-	running := func(it Item) bool { return it.Entry.Phase == "Running" }
-	cases := []struct {
-		name     string
-		old, new []*NodeInventory
-		keep     func(Item) bool
-		want     string
-	}{
-		{"both empty", nil, nil, nil, "[]"},
-		{"added", nil, []*NodeInventory{inv("n1", "", run)}, nil, "[ADDED ns/a sb_1]"},
-		{"unchanged", []*NodeInventory{inv("n1", "", run)}, []*NodeInventory{inv("n1", "", run)}, nil, "[]"},
-		{"modified", []*NodeInventory{inv("n1", "", run)}, []*NodeInventory{inv("n1", "", hib)}, nil, "[MODIFIED ns/a sb_1]"},
-		{"deleted carries old", []*NodeInventory{inv("n1", "", run, other)}, []*NodeInventory{inv("n1", "", other)}, nil, "[DELETED ns/a sb_1]"},
-		{"moved node is modified", []*NodeInventory{inv("n1", "", run)}, []*NodeInventory{inv("n2", "", run)}, nil, "[MODIFIED ns/a sb_1]"},
-		{"duplicate second is silent", []*NodeInventory{inv("n1", "", run)}, []*NodeInventory{inv("n1", "", run), inv("n2", "", dup)}, nil, "[]"},
-		{"leaving selector is deleted", []*NodeInventory{inv("n1", "", run)}, []*NodeInventory{inv("n1", "", hib)}, running, "[DELETED ns/a sb_1]"},
-		{"entering selector is added", []*NodeInventory{inv("n1", "", hib)}, []*NodeInventory{inv("n1", "", run)}, running, "[ADDED ns/a sb_1]"},
-		{"order: added then deleted", []*NodeInventory{inv("n1", "", other)}, []*NodeInventory{inv("n1", "", run)}, nil, "[ADDED ns/a sb_1 DELETED ns/b sb_2]"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			evs := Diff(NewView(c.old), NewView(c.new), c.keep)
-			got := "["
-			for i, e := range evs {
-				if i > 0 {
-					got += " "
-				}
-				got += fmt.Sprintf("%s %s %s", e.Type, e.Name, e.Item.Entry.ID)
-				if e.Type == Modified && e.Old.Hash == e.Item.Hash {
-					t.Errorf("MODIFIED with equal hashes")
-				}
-			}
-			got += "]"
-			if got != c.want {
-				t.Fatalf("Diff = %s, want %s", got, c.want)
-			}
-		})
-	}
-}
-
 // fleet builds nodes×perNode entries.
 func fleet(nodes, perNode int) []*NodeInventory {
 	ts := metav1.NewTime(time.Unix(1700000000, 0))
@@ -218,23 +173,6 @@ func BenchmarkView_Build(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				NewView(invs)
-			}
-		})
-	}
-}
-
-// BenchmarkDiff measures diffing two equal views (the common watch tick).
-func BenchmarkDiff(b *testing.B) {
-	for _, n := range sizes[:3] {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			invs := fleet(split(n))
-			v1, v2 := NewView(invs), NewView(invs)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if len(Diff(v1, v2, nil)) != 0 {
-					b.Fatal("diff of equal views")
-				}
 			}
 		})
 	}
