@@ -337,10 +337,10 @@ func (c *lookupCounter) LiveByRef(ctx context.Context, ref string) (nodeapi.Sand
 	return c.Fleet.LiveByRef(ctx, ref)
 }
 
-// A watch pinned to one name (`kubectl get sandbox NAME -w`, kubectl wait
-// and delete) reads the live view like any watch: an idle one asks no
-// node, and it still sees the name claimed and released on another
-// replica, as it happens.
+// A watch or list pinned to one name (`kubectl get sandbox NAME -w`,
+// kubectl wait and delete) reads the live view like any other: an idle
+// watch and a list ask no node, and the watch still sees the name claimed
+// and released on another replica, as it happens.
 func TestLiveWatch_PinnedNameAsksNoNode(t *testing.T) {
 	f := fleettest.Start(t, 2)
 	f.SetWarm(t, spec, 1, 1)
@@ -366,6 +366,13 @@ func TestLiveWatch_PinnedNameAsksNoNode(t *testing.T) {
 	}
 	if n := lookups.n.Load(); n != 0 {
 		t.Fatalf("an idle pinned watch made %d live lookups, want 0", n)
+	}
+	// A pinned list (kubectl wait, kubectl delete) reads the view too.
+	if l, err := sandboxes(s, "default").List(ctx, pinned); err != nil || len(l.Items) != 0 {
+		t.Fatalf("pinned list of a name nobody holds = %v, %v", l, err)
+	}
+	if n := lookups.n.Load(); n != 0 {
+		t.Fatalf("a pinned list made %d live lookups, want 0", n)
 	}
 	if _, err := sandboxes(other, "default").Create(ctx, sandboxObj("pin", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
