@@ -24,7 +24,10 @@ type Viewer interface {
 }
 
 // Static is a Viewer whose View is set by hand (tests, embedders that
-// assemble inventories themselves). The zero value holds an empty View.
+// assemble inventories themselves): what a live fleet view takes its
+// membership from (fleetview.New) instead of Source's informer. It is no
+// read model of sandboxes: the fleet and the sandboxes storage read the
+// live view. The zero value holds an empty View.
 type Static struct {
 	v atomic.Pointer[View]
 }
