@@ -34,7 +34,8 @@ type Fleet interface {
 	// LiveByRef at once (the fleet's claim-time index).
 	Claim(ctx context.Context, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error)
 	ByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error)
-	// LiveByRef and LiveByID ask the nodes, ignoring the published view.
+	// LiveByRef and LiveByID ask the nodes (an Update's current state, a
+	// Delete's wait), not the live view.
 	LiveByRef(ctx context.Context, ref string) (nodeapi.Sandbox, error)
 	LiveByID(ctx context.Context, id string) (nodeapi.Sandbox, error)
 	// Held is the name check before a claim: the sandbox the claim-time
