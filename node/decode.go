@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	sandboxapi "github.com/hearthvm/hearth/sandbox"
@@ -32,6 +33,7 @@ type claimInput struct {
 	metadata map[string]string
 	object   nodeapi.Object
 	life     nodeapi.Lifecycle
+	egress   *egress.Policy
 }
 
 func badRequest(format string, args ...any) error {
@@ -96,7 +98,7 @@ func parseClaim(b []byte) (claimInput, error) {
 	normalizeObject(&req.Object)
 	life := req.Lifecycle
 	life.E2B = claimedForE2B(req.Object)
-	return claimInput{key: k, ttl: req.TTLSeconds, ref: req.ClaimRef, env: req.Env, metadata: req.Metadata, object: req.Object, life: life}, nil
+	return claimInput{key: k, ttl: req.TTLSeconds, ref: req.ClaimRef, env: req.Env, metadata: req.Metadata, object: req.Object, life: life, egress: req.Egress}, nil
 }
 
 // claimedForE2B is a claim's e2b visibility (nodeapi.Lifecycle.E2B),

@@ -540,6 +540,9 @@ func (n *Node) restoreClaimed(ctx context.Context, p claimProbe) bool {
 	if err := n.store.putSandboxes(rec); err != nil {
 		n.log.Error(err, "Cannot persist a restored sandbox", "id", p.ID)
 	}
+	if err := n.enforceEgress(ctx, rec); err != nil {
+		n.log.Error(err, "Cannot enforce a restored sandbox's egress policy", "id", p.ID)
+	}
 	if len(rec.Env) > 0 {
 		if err := n.initAgent(ctx, h, rec.Env); err != nil {
 			n.log.Error(err, "Cannot apply env to a restored sandbox's agent", "id", p.ID)

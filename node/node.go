@@ -298,6 +298,12 @@ func (n *Node) recover(ctx context.Context) error {
 				if err := n.store.putSandboxes(r); err != nil {
 					n.log.Error(err, "Cannot persist a restored sandbox", "id", r.ID)
 				}
+				// A re-adopted VM's filter is kept but its resolver is
+				// new; a restarted one is a new boot: either way the
+				// driver is told the policy again.
+				if err := n.enforceEgress(ctx, r); err != nil {
+					n.log.Error(err, "Cannot enforce a restored sandbox's egress policy", "id", r.ID)
+				}
 				// A VM restarted from its files has a new agent (a
 				// re-adopted one keeps its env; applying it again is
 				// harmless).

@@ -14,8 +14,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hearthvm/hearth/agentapi"
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
+	sandboxkeys "github.com/hearthvm/hearth/sandbox"
 	"github.com/hearthvm/hearth/vmm"
 )
 
@@ -106,7 +108,7 @@ func (n *Node) claimWarm(ctx context.Context, in claimInput) (nodeapi.Sandbox, e
 	}
 	sb.rec = record{ID: n.newSandboxID(), Key: in.key, Handle: h, ClaimRef: in.ref,
 		Deadline: n.limits.Deadline(now, in.ttl), ClaimedAt: now.Truncate(time.Millisecond), Metadata: in.metadata,
-		Version: 1, Object: in.object, Lifecycle: in.life, Env: in.env}
+		Version: 1, Object: in.object, Lifecycle: in.life, Env: in.env, Egress: in.egress}
 	n.tab.insert(sb)
 	rec := sb.rec
 	n.mu.Unlock()
@@ -123,6 +125,9 @@ func (n *Node) claimWarm(ctx context.Context, in claimInput) (nodeapi.Sandbox, e
 	}
 	if err := n.store.putSandboxes(rec); err != nil {
 		return undo(fmt.Errorf("recording the claim: %w", err))
+	}
+	if err := n.enforceEgress(ctx, rec); err != nil {
+		return undo(err)
 	}
 	if len(in.env) > 0 {
 		if err := n.initAgent(ctx, h, in.env); err != nil {
@@ -246,6 +251,13 @@ func (n *Node) pause(ctx context.Context, id string, pause, keepMemory bool) err
 		if err != nil {
 			return err
 		}
+		if stopped && !pause {
+			// A VM restored from its files is a new boot: its filter and
+			// resolver are new, and its agent has no env yet.
+			if err := n.enforceEgress(ctx, rec); err != nil {
+				return fmt.Errorf("resumed, but %w", err)
+			}
+		}
 		if stopped && !pause && len(rec.Env) > 0 {
 			// A VM restored from its files has a new agent: give it the
 			// claim's env again.
@@ -361,7 +373,7 @@ func (n *Node) fork(ctx context.Context, id string, count int, ttl int64) ([]nod
 	// sandbox's children are private, an e2b create's public ones public;
 	// and it is e2b's when its parent is.
 	life := nodeapi.Lifecycle{PrivateTraffic: parent.Lifecycle.PrivateTraffic, PublicTraffic: parent.Lifecycle.PublicTraffic, E2B: parent.Lifecycle.E2B}
-	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), child, life)
+	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), child, life, parent.Egress)
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +428,7 @@ func childObject(o nodeapi.Object) nodeapi.Object {
 // refOf names each new sandbox (called with n.mu held, after every earlier
 // child is inserted); nil leaves them unnamed. lin places them in a fork
 // tree; each is recorded with life from the start.
-func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, lin lineage, life nodeapi.Lifecycle) ([]record, error) {
+func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, lin lineage, life nodeapi.Lifecycle, pol *egress.Policy) ([]record, error) {
 	handles := make([]vmm.Handle, count)
 	errs := make([]error, count)
 	// Every clone runs to its end, even after another failed: what one
@@ -444,7 +456,7 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	for i, h := range handles {
 		id := n.newSandboxID()
 		r := record{ID: id, Key: k, Handle: h, Deadline: n.limits.Deadline(now, ttl), ClaimedAt: now.Truncate(time.Millisecond),
-			Snapshot: fromSnapshot, Version: 1, Object: obj, Tree: lin.tree, Depth: lin.depth, Lifecycle: life}
+			Snapshot: fromSnapshot, Version: 1, Object: obj, Tree: lin.tree, Depth: lin.depth, Lifecycle: life, Egress: pol}
 		if refOf != nil {
 			r.ClaimRef = refOf(id)
 		}
@@ -476,7 +488,47 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 		}
 		return nil, fmt.Errorf("recording clones: %w", err)
 	}
+	// Each clone is a new VM: its filter holds nothing of the policy yet.
+	var eg errgroup.Group
+	eg.SetLimit(4)
+	for _, r := range recs {
+		eg.Go(func() error { return n.enforceEgress(ctx, r) })
+	}
+	if err := eg.Wait(); err != nil {
+		n.mu.Lock()
+		for _, r := range recs {
+			if sb := n.tab.remove(r.ID); sb != nil {
+				sb.gone = true
+			}
+		}
+		n.mu.Unlock()
+		for _, r := range recs {
+			_ = n.store.deleteSandbox(r.ID)
+		}
+		for _, h := range handles {
+			n.destroyAsync(h, "egress policy not enforced")
+		}
+		return nil, err
+	}
 	return recs, nil
+}
+
+// enforceEgress makes r's VM enforce r.Egress through the driver (after a
+// claim, a clone, a restore). A VM of the lane "none" has no network to
+// filter; a driver that cannot enforce a policy on a networked VM fails
+// the operation (409): a policy is never silently dropped.
+func (n *Node) enforceEgress(ctx context.Context, r record) error {
+	ee, ok := n.driver.(vmm.EgressEnforcer)
+	switch {
+	case ok:
+		if err := ee.SetEgress(ctx, r.Handle, r.Egress); err != nil {
+			return fmt.Errorf("enforcing the egress policy: %w", err)
+		}
+		return nil
+	case r.Egress == nil || r.Key.Net == sandboxkeys.NetNone:
+		return nil
+	}
+	return errorf(http.StatusConflict, "node %s's backend (%s) cannot enforce an egress policy on the %s lane", n.cfg.Name, n.driver.Name(), r.Key.Net)
 }
 
 // snapshot snapshots sandbox id into a named snapshot; the source keeps
@@ -496,7 +548,8 @@ func (n *Node) snapshot(ctx context.Context, id, name string, kept bool) (nodeap
 			Snapshot: nodeapi.Snapshot{ID: snapID, Name: name, SandboxID: id, Key: src.Key,
 				CreatedAt: n.now().UTC(), Node: n.cfg.Name, Namespace: namespaceOf(src.ClaimRef), Kept: kept,
 				E2B: src.Lifecycle.E2B},
-			Dir: filepath.Join(n.dirs.snapshots, snapID),
+			Dir:    filepath.Join(n.dirs.snapshots, snapID),
+			Egress: src.Egress,
 		}
 		n.mu.Lock()
 		used := n.snapshotBytes()
@@ -617,7 +670,7 @@ func (n *Node) claimSnapshot(ctx context.Context, id string, ttl int64, ref stri
 		refOf = func(string) string { return ref }
 	}
 	life.E2B = c.rec.Snapshot.E2B
-	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, lineage{}, life)
+	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, lineage{}, life, c.rec.Egress)
 	if err != nil {
 		return nodeapi.Sandbox{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
@@ -41,6 +42,10 @@ type record struct {
 	// kept so that a VM restarted from its files (a resume after a pause
 	// without memory, a restore of a dead agent) gets them again.
 	Env map[string]string `json:"env,omitempty"`
+	// Egress is the claim's egress policy, enforced through the driver
+	// (vmm.EgressEnforcer) at claim time and again whenever the VM is
+	// restored or re-adopted; forks and snapshot claims inherit it.
+	Egress *egress.Policy `json:"egress,omitempty"`
 }
 
 // sandbox is a claimed VM in the table. mu serializes the lifecycle verbs
@@ -69,6 +74,9 @@ type poolState struct {
 type snapRecord struct {
 	Snapshot nodeapi.Snapshot `json:"snapshot"`
 	Dir      string           `json:"dir"`
+	// Egress is its source's policy: a sandbox claimed from the snapshot
+	// is held to it.
+	Egress *egress.Policy `json:"egress,omitempty"`
 }
 
 // snapshot is a snapshot in the table; mu is held for reading while it
@@ -124,7 +132,7 @@ func wireRecord(r *record, node, addr string, withToken bool) nodeapi.Sandbox {
 		ID: r.ID, Node: node, NodeAddr: addr,
 		Template: r.Key.Template, Net: r.Key.Net, Size: r.Key.Size, ClaimRef: r.ClaimRef,
 		AgentAddr: r.Handle.Addr, Deadline: r.Deadline, ClaimedAt: r.ClaimedAt, Paused: r.Paused,
-		Metadata: r.Metadata, Version: r.Version, Object: r.Object, Lifecycle: r.Lifecycle,
+		Metadata: r.Metadata, Version: r.Version, Object: r.Object, Lifecycle: r.Lifecycle, Egress: r.Egress,
 	}
 	if withToken {
 		s.Token = r.Handle.Token

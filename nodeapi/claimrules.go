@@ -60,6 +60,7 @@ func (r *ClaimRequest) Validate() field.ErrorList {
 		errs = append(errs, field.Invalid(field.NewPath("ttl_seconds"), r.TTLSeconds, "must not be negative"))
 	}
 	errs = append(errs, validateClaimRef(r.ClaimRef, field.NewPath("claim_ref"))...)
+	errs = append(errs, r.Egress.Validate(field.NewPath("egress"))...)
 	return append(errs, r.Lifecycle.Validate()...)
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/pool"
 )
 
@@ -33,6 +34,11 @@ type ClaimRequest struct {
 	// Object is the Kubernetes object's user part, recorded with the
 	// claim (see Object; bounded by MaxObjectBytes).
 	Object
+	// Egress is the sandbox's egress policy (package egress), fixed at
+	// claim time, enforced by the node outside the guest and inherited by
+	// forks and snapshot claims; nil: the lane's own (none, or egress
+	// unfiltered).
+	Egress *egress.Policy `json:"egress,omitempty"`
 }
 
 // What a lease's end does to a sandbox (Lifecycle.OnTimeout).
@@ -207,6 +213,8 @@ type Sandbox struct {
 	Version int64 `json:"version,omitempty"`
 	// Object is what the claim recorded of its Kubernetes object.
 	Object
+	// Egress is the egress policy the node enforces for it (ClaimRequest).
+	Egress *egress.Policy `json:"egress,omitempty"`
 }
 
 // Key is the sandbox's pool key.

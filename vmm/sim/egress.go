@@ -192,3 +192,26 @@ func upstreamDNS(dnsServers []string, uplink string) ([]string, error) {
 	}
 	return nil, nil
 }
+
+// Close releases what the driver holds in this process for its VMs — the
+// agent forwarders and the egress resolvers, and the uplink namespace —
+// and leaves every VM running, as the process's exit would: a new driver
+// on the same root re-adopts them (Restore). The driver is unusable
+// afterwards.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	fwds, egs := d.fwd, d.egress
+	d.fwd, d.egress = map[string]*forwarder{}, map[string]*egressVM{}
+	d.mu.Unlock()
+	for _, f := range fwds {
+		f.close()
+	}
+	for _, e := range egs {
+		e.close()
+	}
+	if d.uplink >= 0 {
+		unix.Close(d.uplink)
+		d.uplink = -1
+	}
+	return nil
+}

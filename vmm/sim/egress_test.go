@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,62 @@ func TestEgress_DomainAllowListResolvesOnlyItsNames(t *testing.T) {
 	}
 	if got := n.Asked("secret-c2VjcmV0.denied.test") + n.Asked("denied.test"); got != 0 {
 		t.Errorf("the upstream was asked %d times for names the policy does not allow", got)
+	}
+}
+
+// TestEgress_ReadoptedByANewDriver: a driver in a new process (the old
+// one's sockets closed, its VMs running) re-adopts an egress VM, holds it
+// to its policy again, and boots new egress VMs.
+func TestEgress_ReadoptedByANewDriver(t *testing.T) {
+	n, d := egressNet(t)
+	_ = n
+	h := boot(t, d, vmm.Spec{ID: "kept", Net: "egress"})
+	p, _ := egress.FromE2B(egress.E2B{DenyOut: []string{egress.AllTraffic}, AllowOut: []string{"allowed.test"}})
+	if err := d.SetEgress(context.Background(), h, p); err != nil {
+		t.Fatal(err)
+	}
+	root := d.Root()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := sim.New(sim.Options{Root: root, AgentCommand: []string{testagent.Path(t)}, BootTimeout: 20 * time.Second, UplinkNetns: n.UplinkPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, err := d2.Restore(context.Background(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.SetEgress(context.Background(), h2, p); err != nil {
+		t.Fatal(err)
+	}
+	if !get(t, h2, "allowed.test") || get(t, h2, "denied.test") {
+		t.Error("the re-adopted VM does not hold to its policy")
+	}
+	fresh := boot(t, d2, vmm.Spec{ID: "fresh", Net: "egress"})
+	if !get(t, fresh, "denied.test") {
+		t.Error("a new driver's fresh egress VM has no network")
+	}
+}
+
+// TestEgress_HostMountsSurviveABoot: booting an egress VM leaves the host's
+// mounts alone — slirp4netns's sandbox detaches its old root, which, run
+// in the host's mount namespace, unmounted every mount nested below a
+// shared one (a network namespace's /run/netns/<name> among them).
+func TestEgress_HostMountsSurviveABoot(t *testing.T) {
+	n, d := egressNet(t)
+	count := func() int {
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), "/run/netns/"+n.Uplink+" ")
+	}
+	if count() != 1 {
+		t.Fatalf("the uplink namespace is not mounted at /run/netns/%s", n.Uplink)
+	}
+	boot(t, d, vmm.Spec{ID: "mounts", Net: "egress"})
+	if count() != 1 {
+		t.Fatal("booting an egress VM unmounted a host mount (/run/netns/...)")
 	}
 }

@@ -1,11 +1,7 @@
 package sim_test
 
 import (
-	"bytes"
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/hearthvm/hearth/internal/testagent"
 	"github.com/hearthvm/hearth/vmm"
 )
 
@@ -66,9 +62,11 @@ type result struct {
 	stdout, stderr string
 }
 
-// run runs `sh -c script` as root in the VM (named the way the e2b SDK
-// names a user: Authorization: Basic) via the agent's process.Process/Start
-// (Connect, JSON codec) and waits for it to end.
+func (r result) String() string {
+	return fmt.Sprintf("exit %d, stdout %q, stderr %q", r.exit, r.stdout, r.stderr)
+}
+
+// run runs `sh -c script` as root in the VM (testagent.Run).
 func run(t testing.TB, h vmm.Handle, script string) result {
 	t.Helper()
 	return runAs(t, h, "root", script)
@@ -77,66 +75,8 @@ func run(t testing.TB, h vmm.Handle, script string) result {
 // runAs is run as user; "" names none, so the agent's default applies.
 func runAs(t testing.TB, h vmm.Handle, user, script string) result {
 	t.Helper()
-	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-c", script}}})
-	body := make([]byte, 5, 5+len(msg))
-	binary.BigEndian.PutUint32(body[1:], uint32(len(msg)))
-	body = append(body, msg...)
-	req, _ := http.NewRequest(http.MethodPost, "http://"+h.Addr+"/process.Process/Start", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/connect+json")
-	req.Header.Set("X-Access-Token", h.Token)
-	if user != "" {
-		req.SetBasicAuth(user, "")
-	}
-	c := &http.Client{Timeout: 60 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("run %q: %v", script, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("run %q: HTTP %d: %s", script, resp.StatusCode, b)
-	}
-	res := result{exit: -1}
-	for {
-		var hdr [5]byte
-		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
-			t.Fatalf("run %q: stream ended: %v", script, err)
-		}
-		payload := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
-		if _, err := io.ReadFull(resp.Body, payload); err != nil {
-			t.Fatal(err)
-		}
-		if hdr[0]&2 != 0 { // end of stream
-			return res
-		}
-		var f struct {
-			Event struct {
-				Data *struct {
-					Stdout []byte `json:"stdout"`
-					Stderr []byte `json:"stderr"`
-				} `json:"data"`
-				End *struct {
-					ExitCode int    `json:"exitCode"`
-					Status   string `json:"status"`
-				} `json:"end"`
-			} `json:"event"`
-		}
-		if err := json.Unmarshal(payload, &f); err != nil {
-			t.Fatalf("frame %s: %v", payload, err)
-		}
-		if d := f.Event.Data; d != nil {
-			res.stdout += string(d.Stdout)
-			res.stderr += string(d.Stderr)
-		}
-		if e := f.Event.End; e != nil {
-			res.exit = e.ExitCode
-		}
-	}
-}
-
-func (r result) String() string {
-	return fmt.Sprintf("exit %d, stdout %q, stderr %q", r.exit, r.stdout, r.stderr)
+	r := testagent.Run(t, h.Addr, h.Token, user, script)
+	return result{exit: r.Exit, stdout: r.Stdout, stderr: r.Stderr}
 }
 
 // runStatus returns the HTTP status of a process.Process/List call.

@@ -182,7 +182,12 @@ func startSlirp(ctx context.Context, pid, uplink int, logf, life *os.File) (*exe
 	cmd.ExtraFiles = []*os.File{rw, life}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// A mount namespace of its own, made private before slirp4netns runs
+	// (Go does that for CLONE_NEWNS): its --enable-sandbox makes only "/"
+	// private before detaching the old root, and the detach would
+	// propagate to the host and unmount every mount nested below a shared
+	// one (/run/netns/<name> among them).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Unshareflags: syscall.CLONE_NEWNS}
 	start := cmd.Start
 	if uplink >= 0 {
 		// Its sockets, the guest's traffic, leave from the uplink namespace.
