@@ -233,6 +233,13 @@ type PoolSpec struct {
 	Net      string `json:"net,omitempty"`
 	Size     string `json:"size,omitempty"`
 	Warm     int32  `json:"warm"`
+	// Egress is the pool's egress policy (a SandboxTemplate's
+	// networkPolicy, egress.FromTemplate): every sandbox claimed from the
+	// pool is held to it, and to its claim's own (ClaimRequest.Egress) as
+	// well — a packet leaves only if both allow it. The node installs it
+	// as each warm VM boots, off the claim path. A change of a pool's
+	// policy replaces its warm VMs.
+	Egress *egress.Policy `json:"egress,omitempty"`
 }
 
 // PoolsRequest is the body of PUT /v1/pools: the whole set; a pool left out drains.

@@ -38,6 +38,10 @@ type Spec struct {
 	Token string
 	// Env is extra environment for the guest's processes.
 	Env map[string]string
+	// Egress is the pool's egress policy (nodeapi.PoolSpec.Egress), which
+	// an EgressEnforcer installs as the VM boots; a claim's own policy
+	// (SetEgress) holds in addition to it.
+	Egress *egress.Policy
 }
 
 // Handle identifies a running (or stopped) VM. It is persisted by the node.
