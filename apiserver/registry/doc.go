@@ -9,7 +9,10 @@
 // merge/JSON patch and server-side apply behave as on a kube-apiserver.
 // Validation follows the upstream CRDs: spec.replicas >= 0,
 // spec.sandboxTemplateRef.name required, NodeInventory metadata.name ==
-// .node. On the status subresource spec changes are ignored; on the main
+// .node; a SandboxTemplate's spec.networkPolicy and networkPolicyManagement
+// must translate into an egress policy (egress.FromTemplate: no pod or
+// namespace selectors, no named ports, at most egress.MaxRules rules), or
+// the create or update is a 422 naming the field. On the status subresource spec changes are ignored; on the main
 // resource status changes are ignored.
 //
 // The package owns no server: AddToScheme registers the types (served

@@ -12,6 +12,7 @@ import (
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/inventory"
 )
 
@@ -40,6 +41,7 @@ func resources() []resource {
 				namespaced: true,
 				apiVersion: ext.String(),
 				spec:       func(o runtime.Object) any { return o.(*extv1beta1.SandboxTemplate).Spec },
+				validate:   validateTemplate,
 			},
 		},
 		{
@@ -173,6 +175,16 @@ func resources() []resource {
 			},
 		},
 	}
+}
+
+// validateTemplate refuses a template whose egress policy (spec.networkPolicy
+// with networkPolicyManagement) Hearth cannot enforce as written: pod and
+// namespace selectors, named ports, invalid CIDRs or ports, more than
+// egress.MaxRules rules. Stored, such a template would give its pools no
+// policy to hold their sandboxes to (docs/API.md#egress-policy-kubernetes).
+func validateTemplate(o runtime.Object) field.ErrorList {
+	_, errs := egress.FromTemplate(&o.(*extv1beta1.SandboxTemplate).Spec)
+	return errs
 }
 
 func validateWarmPool(o runtime.Object) field.ErrorList {

@@ -3,6 +3,8 @@ package registry_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -294,4 +296,91 @@ func TestRegistry_OpenAPIV2ProtobufServes(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/openapi/v2 protobuf: %d %s", resp.StatusCode, body)
 	}
+}
+
+// A template whose egress policy Hearth cannot enforce as written is
+// refused on create and on update (422 naming the field), never stored for
+// its pools to run without the policy it asked for.
+func TestRegistry_TemplateEgressPolicyHearthCannotEnforceIs422NamingTheField(t *testing.T) {
+	s := registrytest.Start(t)
+	dc := dynamic.NewForConfigOrDie(s.Config)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tmpls := dc.Resource(gvrTmpl).Namespace("default")
+	withPolicy := func(name string, policy any) *unstructured.Unstructured {
+		u := obj(t, templateYAML)
+		u.SetName(name)
+		if policy != nil {
+			_ = unstructured.SetNestedField(u.Object, policy, "spec", "networkPolicy")
+		}
+		return u
+	}
+	egressOf := func(rules ...any) map[string]any { return map[string]any{"egress": rules} }
+	to := func(peers ...any) map[string]any { return map[string]any{"to": peers} }
+	block := func(cidr string) map[string]any { return map[string]any{"ipBlock": map[string]any{"cidr": cidr}} }
+	many := make([]any, 0, 1001)
+	for i := range 1001 {
+		many = append(many, block(fmt.Sprintf("198.18.%d.%d/32", i/256, i%256)))
+	}
+	refuse := map[string]struct {
+		policy map[string]any
+		field  string
+	}{
+		"pod selector":       {egressOf(to(map[string]any{"podSelector": map[string]any{}})), "spec.networkPolicy.egress[0].to[0]"},
+		"namespace selector": {egressOf(to(block("10.0.0.0/8"), map[string]any{"namespaceSelector": map[string]any{}})), "spec.networkPolicy.egress[0].to[1]"},
+		"named port":         {egressOf(map[string]any{"ports": []any{map[string]any{"port": "https"}}}), "spec.networkPolicy.egress[0].ports[0].port"},
+		"invalid CIDR":       {egressOf(to(block("300.0.0.0/8"))), "spec.networkPolicy.egress[0].to[0].ipBlock.cidr"},
+		"port out of range":  {egressOf(map[string]any{"ports": []any{map[string]any{"port": int64(70000)}}}), "spec.networkPolicy.egress[0].ports[0].port"},
+		"1001 rules":         {egressOf(to(many...)), "spec.networkPolicy.egress"},
+	}
+	for name, c := range refuse {
+		t.Run(name, func(t *testing.T) {
+			_, err := tmpls.Create(ctx, withPolicy("bad", c.policy), metav1.CreateOptions{})
+			assertInvalidField(t, err, c.field)
+		})
+	}
+	// An unknown networkPolicyManagement is refused too.
+	u := withPolicy("mgmt", nil)
+	_ = unstructured.SetNestedField(u.Object, "Sometimes", "spec", "networkPolicyManagement")
+	_, err := tmpls.Create(ctx, u, metav1.CreateOptions{})
+	assertInvalidField(t, err, "spec.networkPolicyManagement")
+
+	// A policy Hearth enforces is stored; updating it into one it cannot is
+	// refused and the stored policy is unchanged.
+	good, err := tmpls.Create(ctx, withPolicy("good", egressOf(to(block("203.0.113.0/24")), map[string]any{"ports": []any{map[string]any{"port": int64(443)}}})), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tmpls.Patch(ctx, "good", types.MergePatchType, []byte(`{"spec":{"networkPolicy":{"egress":[{"to":[{"podSelector":{}}]}]}}}`), metav1.PatchOptions{})
+	assertInvalidField(t, err, "spec.networkPolicy.egress[0].to[0]")
+	after, err := tmpls.Get(ctx, "good", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.GetResourceVersion() != good.GetResourceVersion() {
+		t.Fatalf("a refused update changed the template: rv %s → %s", good.GetResourceVersion(), after.GetResourceVersion())
+	}
+	// Unmanaged: Hearth filters nothing and does not read networkPolicy.
+	um := withPolicy("unmanaged", nil)
+	_ = unstructured.SetNestedField(um.Object, "Unmanaged", "spec", "networkPolicyManagement")
+	if _, err := tmpls.Create(ctx, um, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("Unmanaged: %v", err)
+	}
+}
+
+func assertInvalidField(t *testing.T, err error, fieldPath string) {
+	t.Helper()
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("want 422 naming %s, got %v", fieldPath, err)
+	}
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) || st.Status().Code != http.StatusUnprocessableEntity || st.Status().Details == nil {
+		t.Fatalf("want a 422 with details, got %v", err)
+	}
+	for _, c := range st.Status().Details.Causes {
+		if c.Field == fieldPath {
+			return
+		}
+	}
+	t.Fatalf("422 does not name %s: %v", fieldPath, st.Status().Details.Causes)
 }
