@@ -25,21 +25,35 @@ type Options struct {
 	// namespace), "forward" where they are routed (a VM's tap).
 	Hook string
 	// Resolver, when valid, is the node's resolver for the sandbox: DNS to
-	// it (egress.UDP and egress.TCP port 53) is always allowed, before any rule.
+	// it (UDP and TCP port 53) is always allowed, before any rule.
 	Resolver netip.Addr
+	// Pool is the pool's policy (a SandboxTemplate's), installed with the
+	// skeleton; a claim's own (Apply) holds in addition: a packet leaves
+	// only if both allow it.
+	Pool *egress.Policy
 }
 
-// DomainSet names the address set of the domain run starting at rule i
-// (family "v4" or "v6"), which the node's resolver fills (Pin), each
-// element with its answer's TTL.
-func DomainSet(i int, family string) string { return fmt.Sprintf("d%d_%s", i, family) }
+// The two policies' chains and the prefixes of their domain sets.
+const (
+	poolChain  = "pool"
+	rulesChain = "rules"
+	poolSets   = "p"
+	claimSets  = "d"
+)
+
+// domainSet names the address set of family ("v4" or "v6") of the domain
+// run starting at rule i of the policy whose sets have prefix.
+func domainSet(prefix string, i int, family string) string {
+	return fmt.Sprintf("%s%d_%s", prefix, i, family)
+}
 
 // Prepare replaces Table in the network namespace behind nsfd (-1: the
 // caller's) with the filter's skeleton, in one netlink transaction: a base
 // chain on o.Hook that accepts loopback and DNS to o.Resolver, then jumps
-// to the (empty) policy chain, and a deny chain that rejects at once (a
-// egress.TCP reset, else ICMP administratively prohibited), so a denied call
-// fails rather than hangs. With the policy chain empty everything is
+// to the pool chain (o.Pool: its allows return, its denies reject) and to
+// the (empty) rules chain of the claim's policy, and a deny chain that
+// rejects at once (a TCP reset, else ICMP administratively prohibited), so
+// a denied call fails rather than hangs. With both empty everything is
 // accepted. A node prepares a warm VM as it boots: replacing a table waits
 // for the kernel's RCU grace period (milliseconds), which must not fall on
 // a claim; Apply at claim time only adds.
@@ -60,6 +74,12 @@ func Prepare(nsfd int, o Options) error {
 	deny := c.AddChain(&nftables.Chain{Name: "deny", Table: t})
 	c.AddRule(&nftables.Rule{Table: t, Chain: deny, Exprs: append(l4proto(unix.IPPROTO_TCP), &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})})
 	c.AddRule(&nftables.Rule{Table: t, Chain: deny, Exprs: []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}})
+	pool := c.AddChain(&nftables.Chain{Name: poolChain, Table: t})
+	if o.Pool != nil {
+		if err := fill(c, t, pool, o.Pool, poolSets, true); err != nil {
+			return err
+		}
+	}
 	c.AddChain(&nftables.Chain{Name: rulesChain, Table: t})
 	accept := nftables.ChainPolicyAccept
 	ch := c.AddChain(&nftables.Chain{Name: "egress", Table: t, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityFilter, Policy: &accept})
@@ -74,10 +94,41 @@ func Prepare(nsfd int, o Options) error {
 			add(append(exprs, verdict(egress.Allow))...)
 		}
 	}
+	add(&expr.Verdict{Kind: expr.VerdictJump, Chain: poolChain})
 	add(&expr.Verdict{Kind: expr.VerdictJump, Chain: rulesChain})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("egress: preparing the filter: %w", err)
 	}
+	return nil
+}
+
+// fill adds p's lines (compile) to chain ch, then Otherwise. In the pool
+// chain (then) an allow returns to the base chain, which goes on to the
+// claim's rules; in the rules chain an allow accepts.
+func fill(c *nftables.Conn, t *nftables.Table, ch *nftables.Chain, p *egress.Policy, sets string, then bool) error {
+	lines, err := compile(p)
+	if err != nil {
+		return err
+	}
+	v := func(a egress.Action) expr.Any {
+		if a == egress.Allow && then {
+			return &expr.Verdict{Kind: expr.VerdictReturn}
+		}
+		return verdict(a)
+	}
+	for _, l := range lines {
+		dsts, err := l.destinations(c, t, sets)
+		if err != nil {
+			return err
+		}
+		for _, d := range dsts {
+			for _, l4 := range portMatches(l.ports) {
+				exprs := append(append(append([]expr.Any{}, d...), l4...), v(l.action))
+				c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+			}
+		}
+	}
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{v(p.Otherwise)}})
 	return nil
 }
 
@@ -91,42 +142,24 @@ func Apply(nsfd int, p *egress.Policy) error {
 	if p == nil {
 		return nil
 	}
-	lines, err := compile(p)
-	if err != nil {
-		return err
-	}
 	c, err := conn(nsfd)
 	if err != nil {
 		return err
 	}
 	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
-	ch := &nftables.Chain{Name: rulesChain, Table: t}
-	for _, l := range lines {
-		dsts, err := l.destinations(c, t)
-		if err != nil {
-			return err
-		}
-		for _, d := range dsts {
-			for _, l4 := range portMatches(l.ports) {
-				exprs := append(append(append([]expr.Any{}, d...), l4...), verdict(l.action))
-				c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
-			}
-		}
+	if err := fill(c, t, &nftables.Chain{Name: rulesChain, Table: t}, p, claimSets, false); err != nil {
+		return err
 	}
-	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{verdict(p.Otherwise)}})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("egress: applying the filter: %w", err)
 	}
 	return nil
 }
 
-// rulesChain is the regular chain Apply fills and the base chain jumps to.
-const rulesChain = "rules"
-
 // line is one matching line of the compiled filter: a run of consecutive
 // policy rules with one action and one port list whose destinations can
 // share a match — CIDRs without excepts (an address set per family), or
-// domains (one pinned set pair, DomainSet(first)) — or a single rule.
+// domains (one pinned set pair, named for its first rule) — or a single rule.
 type line struct {
 	action egress.Action
 	ports  []egress.Port
@@ -227,14 +260,14 @@ func sameRun(a, b egress.Rule) bool {
 
 // destinations is a line's destination matches, one per rule it needs
 // (sets are added to the table here).
-func (l line) destinations(c *nftables.Conn, t *nftables.Table) ([][]expr.Any, error) {
+func (l line) destinations(c *nftables.Conn, t *nftables.Table, sets string) ([][]expr.Any, error) {
 	switch {
 	case l.any:
 		return [][]expr.Any{nil}, nil
 	case l.domain >= 0:
 		var out [][]expr.Any
 		for _, fam := range []string{"v4", "v6"} {
-			s := &nftables.Set{Table: t, Name: DomainSet(l.domain, fam), KeyType: keyType(fam == "v4"), HasTimeout: true}
+			s := &nftables.Set{Table: t, Name: domainSet(sets, l.domain, fam), KeyType: keyType(fam == "v4"), HasTimeout: true}
 			if err := c.AddSet(s, nil); err != nil {
 				return nil, err
 			}
@@ -298,13 +331,18 @@ func intervalElements(rs []netipx.IPRange) []nftables.SetElement {
 	return els
 }
 
-// DomainSets returns the sets the node's resolver pins an answer for name
-// into: those of every domain run with a rule matching name.
-func DomainSets(p *egress.Policy, name string) []int {
+// SetsFor returns the sets the node's resolver pins an answer for name
+// into: those of every domain run, of the pool's policy and of the
+// claim's, with a rule matching name.
+func SetsFor(pool, claim *egress.Policy, name string) []string {
+	return append(domainRuns(pool, poolSets, name), domainRuns(claim, claimSets, name)...)
+}
+
+func domainRuns(p *egress.Policy, prefix, name string) []string {
 	if p == nil {
 		return nil
 	}
-	var out []int
+	var out []string
 	for i := 0; i < len(p.Rules); i++ {
 		r := p.Rules[i]
 		if r.Domain == "" {
@@ -316,17 +354,17 @@ func DomainSets(p *egress.Policy, name string) []int {
 			hit = hit || egress.MatchesName(p.Rules[j].Domain, name)
 		}
 		if hit {
-			out = append(out, i)
+			out = append(out, fmt.Sprintf("%s%d", prefix, i))
 		}
 		i = j - 1
 	}
 	return out
 }
 
-// Pin adds addrs (the node's resolver's answer for a name) to the sets of
-// the domain run starting at rule set (egress.Policy.DomainSets) in the namespace
-// behind nsfd, each for ttl (at least a second).
-func Pin(nsfd int, set int, addrs []netip.Addr, ttl time.Duration) error {
+// Pin adds addrs (the node's resolver's answer for a name) to set (one of
+// SetsFor's) in the namespace behind nsfd, each for ttl (at least a
+// second).
+func Pin(nsfd int, set string, addrs []netip.Addr, ttl time.Duration) error {
 	if len(addrs) == 0 {
 		return nil
 	}
@@ -352,7 +390,7 @@ func Pin(nsfd int, set int, addrs []netip.Addr, ttl time.Duration) error {
 		if len(fam.els) == 0 {
 			continue
 		}
-		name := DomainSet(set, map[bool]string{true: "v4", false: "v6"}[fam.v4])
+		name := set + "_" + map[bool]string{true: "v4", false: "v6"}[fam.v4]
 		if err := c.SetAddElements(&nftables.Set{Table: t, Name: name, KeyType: keyType(fam.v4), HasTimeout: true}, fam.els); err != nil {
 			return err
 		}

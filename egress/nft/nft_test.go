@@ -207,33 +207,49 @@ func TestApply_KernelAgreesWithDecide(t *testing.T) {
 			{Action: egress.Deny, CIDR: "169.254.169.254"},
 		}}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ns := n.fd(t)
-			if err := Prepare(ns, Options{}); err != nil {
-				t.Fatal(err)
+		for _, pool := range []*egress.Policy{nil, egress.Default(), poolDomains} {
+			name := tc.name
+			if pool != nil {
+				name += fmt.Sprintf(" under a pool policy of %d rules", len(pool.Rules))
 			}
-			if err := Apply(ns, tc.p); err != nil {
-				t.Fatal(err)
-			}
-			for dst, names := range resolved {
-				for _, name := range names {
-					for _, set := range DomainSets(tc.p, name) {
-						if err := Pin(ns, set, []netip.Addr{netip.MustParseAddr(dst)}, time.Hour); err != nil {
-							t.Fatal(err)
+			t.Run(name, func(t *testing.T) {
+				ns := n.fd(t)
+				if err := Prepare(ns, Options{Pool: pool}); err != nil {
+					t.Fatal(err)
+				}
+				if err := Apply(ns, tc.p); err != nil {
+					t.Fatal(err)
+				}
+				for dst, names := range resolved {
+					for _, name := range names {
+						for _, set := range SetsFor(pool, tc.p, name) {
+							if err := Pin(ns, set, []netip.Addr{netip.MustParseAddr(dst)}, time.Hour); err != nil {
+								t.Fatal(err)
+							}
 						}
 					}
 				}
-			}
-			for _, dst := range probeAddrs {
-				for _, proto := range []string{egress.TCP, egress.UDP} {
-					for _, port := range probePorts {
-						want := tc.p.Decide(netip.MustParseAddr(dst), proto, port, resolved[dst])
-						if got := n.probe(t, proto, dst, port); got != want {
-							t.Errorf("%s %s/%d: kernel %s, Decide %s", dst, proto, port, got, want)
+				for _, dst := range probeAddrs {
+					for _, proto := range []string{egress.TCP, egress.UDP} {
+						for _, port := range probePorts {
+							want := tc.p.Decide(netip.MustParseAddr(dst), proto, port, resolved[dst])
+							if pool.Decide(netip.MustParseAddr(dst), proto, port, resolved[dst]) == egress.Deny {
+								want = egress.Deny // both must allow
+							}
+							if got := n.probe(t, proto, dst, port); got != want {
+								t.Errorf("%s %s/%d: kernel %s, Decide %s", dst, proto, port, got, want)
+							}
 						}
 					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
+
+// poolDomains is a pool policy with domain rules of its own (a template
+// that denies a wildcard and a private range).
+var poolDomains = &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{
+	{Action: egress.Deny, Domain: "*.wild.test"},
+	{Action: egress.Deny, CIDR: "10.0.0.0/8"},
+}}

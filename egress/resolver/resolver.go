@@ -53,17 +53,20 @@ const MaxInFlight = 32
 
 // Config configures one sandbox's resolver.
 type Config struct {
-	// Policy is the sandbox's egress policy; nil answers every name (the
+	// Policy is the claim's egress policy; nil answers every name (the
 	// egress lane without a policy, and a warm VM before its claim).
 	Policy *egress.Policy
+	// Pool is the pool's policy (a SandboxTemplate's), fixed as the VM
+	// boots: a name is answered only if both policies allow it (Allows).
+	Pool *egress.Policy
 	// Upstream are the servers ("host:port") queries are forwarded to, in
 	// order of preference.
 	Upstream []string
 	// Sets returns the filter sets an answer for name is pinned into
-	// (nft.DomainSets of the policy).
-	Sets func(p *egress.Policy, name string) []int
+	// (nft.SetsFor the pool's and the claim's policies).
+	Sets func(pool, claim *egress.Policy, name string) []string
 	// Pin adds addrs to set for ttl (nft.Pin in the sandbox's namespace).
-	Pin func(set int, addrs []netip.Addr, ttl time.Duration) error
+	Pin func(set string, addrs []netip.Addr, ttl time.Duration) error
 	// Timeout bounds one upstream exchange; default 3s.
 	Timeout time.Duration
 	// Dial opens the connection to an upstream server ("udp" or "tcp");
@@ -182,7 +185,7 @@ func (r *Resolver) handle(w dns.ResponseWriter, q *dns.Msg) {
 	r.mu.RLock()
 	p := r.policy
 	r.mu.RUnlock()
-	if !Allows(p, name) {
+	if !Allows(r.cfg.Pool, name) || !Allows(p, name) {
 		reply(dns.RcodeRefused)
 		return
 	}
@@ -240,10 +243,10 @@ func (r *Resolver) exchange(ctx context.Context, network string, m *dns.Msg, up 
 
 // pin adds the answer's addresses to the sets of name's domain runs.
 func (r *Resolver) pin(p *egress.Policy, name string, ans *dns.Msg) error {
-	if p == nil || r.cfg.Sets == nil || r.cfg.Pin == nil {
+	if (p == nil && r.cfg.Pool == nil) || r.cfg.Sets == nil || r.cfg.Pin == nil {
 		return nil
 	}
-	sets := r.cfg.Sets(p, name)
+	sets := r.cfg.Sets(r.cfg.Pool, p, name)
 	if len(sets) == 0 {
 		return nil
 	}

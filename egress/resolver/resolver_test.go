@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -58,16 +59,16 @@ func startUpstream(t *testing.T, hold chan struct{}) *upstream {
 
 type pins struct {
 	mu  sync.Mutex
-	got map[int][]netip.Addr
-	ttl map[int]time.Duration
+	got map[string][]netip.Addr
+	ttl map[string]time.Duration
 	err error
 }
 
 // snapshot copies what was pinned.
-func (p *pins) snapshot() (map[int][]netip.Addr, map[int]time.Duration) {
+func (p *pins) snapshot() (map[string][]netip.Addr, map[string]time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	got, ttl := map[int][]netip.Addr{}, map[int]time.Duration{}
+	got, ttl := map[string][]netip.Addr{}, map[string]time.Duration{}
 	for k, v := range p.got {
 		got[k] = append([]netip.Addr(nil), v...)
 	}
@@ -77,7 +78,7 @@ func (p *pins) snapshot() (map[int][]netip.Addr, map[int]time.Duration) {
 	return got, ttl
 }
 
-func (p *pins) pin(set int, addrs []netip.Addr, ttl time.Duration) error {
+func (p *pins) pin(set string, addrs []netip.Addr, ttl time.Duration) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil {
@@ -88,12 +89,13 @@ func (p *pins) pin(set int, addrs []netip.Addr, ttl time.Duration) error {
 	return nil
 }
 
-// sets maps a name to the index of the first domain rule matching it (a
-// stand-in for nft.DomainSets, whose runs the filter's tests cover).
-func sets(p *egress.Policy, name string) []int {
+// sets names, for the claim's policy, the first domain rule matching name
+// by its index (a stand-in for nft.SetsFor, whose runs the filter's tests
+// cover).
+func sets(_, p *egress.Policy, name string) []string {
 	for i, r := range p.Rules {
 		if r.Domain != "" && egress.MatchesName(r.Domain, name) {
-			return []int{i}
+			return []string{fmt.Sprint(i)}
 		}
 	}
 	return nil
@@ -101,7 +103,7 @@ func sets(p *egress.Policy, name string) []int {
 
 func start(t *testing.T, p *egress.Policy, up *upstream) (string, *pins, *Resolver) {
 	t.Helper()
-	pn := &pins{got: map[int][]netip.Addr{}, ttl: map[int]time.Duration{}}
+	pn := &pins{got: map[string][]netip.Addr{}, ttl: map[string]time.Duration{}}
 	r := New(Config{Policy: p, Upstream: []string{up.addr}, Sets: sets, Pin: pn.pin, Timeout: 5 * time.Second})
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -138,17 +140,17 @@ func TestResolver_AnswersAndPinsAllowedNames(t *testing.T) {
 	require.Equal(t, dns.RcodeSuccess, ans.Rcode)
 	require.Len(t, ans.Answer, 1)
 	got, ttl := pn.snapshot()
-	require.Equal(t, []netip.Addr{netip.MustParseAddr("198.18.0.10")}, got[1])
-	require.Equal(t, MinPin, ttl[1], "a 5 s TTL is pinned for MinPin")
+	require.Equal(t, []netip.Addr{netip.MustParseAddr("198.18.0.10")}, got["1"])
+	require.Equal(t, MinPin, ttl["1"], "a 5 s TTL is pinned for MinPin")
 	ask(t, addr, "tcp", "allowed.test", dns.TypeAAAA)
 	got, ttl = pn.snapshot()
-	require.Equal(t, netip.MustParseAddr("2001:db8::10"), got[1][1])
-	require.Equal(t, 600*time.Second, ttl[1])
+	require.Equal(t, netip.MustParseAddr("2001:db8::10"), got["1"][1])
+	require.Equal(t, 600*time.Second, ttl["1"])
 	// A CNAME chain pins its final address under the asked name's rule.
 	ans = ask(t, addr, "udp", "a.wild.test", dns.TypeA)
 	require.Equal(t, dns.RcodeSuccess, ans.Rcode)
 	got, _ = pn.snapshot()
-	require.Equal(t, []netip.Addr{netip.MustParseAddr("198.18.0.20")}, got[2])
+	require.Equal(t, []netip.Addr{netip.MustParseAddr("198.18.0.20")}, got["2"])
 }
 
 func TestResolver_RefusesWithoutAskingUpstream(t *testing.T) {
@@ -252,4 +254,19 @@ func TestAllows(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, Allows(tc.p, tc.name), "%s under %+v", tc.name, tc.p)
 	}
+}
+
+// A name is answered only if the pool's policy allows it too.
+func TestResolver_PoolPolicyHoldsToo(t *testing.T) {
+	up := startUpstream(t, nil)
+	pn := &pins{got: map[string][]netip.Addr{}, ttl: map[string]time.Duration{}}
+	pool := &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{{Action: egress.Deny, Domain: "*.wild.test"}}}
+	r := New(Config{Policy: allowList, Pool: pool, Upstream: []string{up.addr}, Sets: sets, Pin: pn.pin})
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r.Serve(pc, nil)
+	t.Cleanup(r.Close)
+	addr := pc.LocalAddr().String()
+	require.Equal(t, dns.RcodeRefused, ask(t, addr, "udp", "a.wild.test", dns.TypeA).Rcode)
+	require.Equal(t, dns.RcodeSuccess, ask(t, addr, "udp", "allowed.test", dns.TypeA).Rcode)
 }

@@ -34,18 +34,20 @@ type egressVM struct {
 	nsfd     int
 	resolver *resolver.Resolver
 	fresh    bool
+	pool     *egress.Policy
 }
 
-// startEgress prepares the filter of a VM's new network namespace (fresh)
-// or takes over an existing one (a re-adopted VM: its table is kept) and
-// serves the node's resolver in it. It owns a duplicate of nsfd.
-func (d *Driver) startEgress(id string, nsfd int, fresh bool) error {
+// startEgress prepares the filter of a VM's new network namespace (fresh),
+// with its pool's policy, or takes over an existing one (a re-adopted VM:
+// its table is kept) and serves the node's resolver in it. It owns a
+// duplicate of nsfd.
+func (d *Driver) startEgress(id string, nsfd int, pool *egress.Policy, fresh bool) error {
 	fd, err := unix.FcntlInt(uintptr(nsfd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("sim: egress: %w", err)
 	}
 	if fresh {
-		if err := nft.Prepare(fd, nft.Options{Resolver: netip.MustParseAddr(guestAddr)}); err != nil {
+		if err := nft.Prepare(fd, nft.Options{Resolver: netip.MustParseAddr(guestAddr), Pool: pool}); err != nil {
 			unix.Close(fd)
 			return fmt.Errorf("sim: %s: %w", id, err)
 		}
@@ -68,9 +70,10 @@ func (d *Driver) startEgress(id string, nsfd int, fresh bool) error {
 		return fmt.Errorf("sim: %s: the resolver's sockets: %w", id, err)
 	}
 	res := resolver.New(resolver.Config{
+		Pool:     pool,
 		Upstream: d.dns,
-		Sets:     nft.DomainSets,
-		Pin: func(set int, addrs []netip.Addr, ttl time.Duration) error {
+		Sets:     nft.SetsFor,
+		Pin: func(set string, addrs []netip.Addr, ttl time.Duration) error {
 			return nft.Pin(fd, set, addrs, ttl)
 		},
 		Dial: d.uplinkDial,
@@ -78,7 +81,7 @@ func (d *Driver) startEgress(id string, nsfd int, fresh bool) error {
 	res.Serve(pc, ln)
 	d.mu.Lock()
 	old := d.egress[id]
-	d.egress[id] = &egressVM{nsfd: fd, resolver: res, fresh: fresh}
+	d.egress[id] = &egressVM{nsfd: fd, resolver: res, fresh: fresh, pool: pool}
 	d.mu.Unlock()
 	if old != nil {
 		old.close()
@@ -129,7 +132,7 @@ func (d *Driver) SetEgress(ctx context.Context, h vmm.Handle, p *egress.Policy) 
 		return fmt.Errorf("%w: %s: no egress filter (not started by this driver)", vmm.ErrNotRunning, h.ID)
 	}
 	if !e.fresh {
-		if err := nft.Prepare(e.nsfd, nft.Options{Resolver: netip.MustParseAddr(guestAddr)}); err != nil {
+		if err := nft.Prepare(e.nsfd, nft.Options{Resolver: netip.MustParseAddr(guestAddr), Pool: e.pool}); err != nil {
 			return fmt.Errorf("sim: %s: %w", h.ID, err)
 		}
 	}

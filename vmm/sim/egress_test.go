@@ -170,3 +170,32 @@ func TestEgress_HostMountsSurviveABoot(t *testing.T) {
 		t.Fatal("booting an egress VM unmounted a host mount (/run/netns/...)")
 	}
 }
+
+// TestEgress_PoolAndClaimPoliciesBothHold: a pool's policy (a template's),
+// installed as the VM boots, holds before any claim and together with the
+// claim's own: a connection leaves only if both allow it.
+func TestEgress_PoolAndClaimPoliciesBothHold(t *testing.T) {
+	_, d := egressNet(t)
+	pool := &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{
+		{Action: egress.Deny, CIDR: "198.18.0.20"},
+		{Action: egress.Deny, Domain: "*.wild.test"},
+	}}
+	h := boot(t, d, vmm.Spec{ID: "pooled", Net: "egress", Egress: pool})
+	for target, want := range map[string]bool{"allowed.test": true, "10.1.2.3": true, "denied.test": false, "a.wild.test": false} {
+		if got := get(t, h, target); got != want {
+			t.Errorf("pool policy alone: %s reached %v, want %v", target, got, want)
+		}
+	}
+	claim, errs := egress.FromE2B(egress.E2B{DenyOut: []string{egress.AllTraffic}, AllowOut: []string{"allowed.test", "b.wild.test", "198.18.0.20"}})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if err := d.SetEgress(context.Background(), h, claim); err != nil {
+		t.Fatal(err)
+	}
+	for target, want := range map[string]bool{"allowed.test": true, "10.1.2.3": false, "denied.test": false, "198.18.0.20": false, "b.wild.test": false} {
+		if got := get(t, h, target); got != want {
+			t.Errorf("pool and claim: %s reached %v, want %v", target, got, want)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/hearthvm/hearth/agentapi"
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
@@ -275,6 +276,9 @@ type record struct {
 	StartedAt time.Time `json:"started_at,omitzero"`
 	// From is the checkpoint directory a clone was made from.
 	From string `json:"from,omitempty"`
+	// Egress is the pool's egress policy (vmm.Spec.Egress), installed at
+	// each start of the VM.
+	Egress *egress.Policy `json:"egress,omitempty"`
 }
 
 // manifest is a checkpoint's manifest.json.
@@ -386,7 +390,7 @@ func (d *Driver) owns(r record) (bool, error) {
 // writable layer over the template's root filesystem) and returns once its
 // agent answers /health.
 func (d *Driver) Boot(ctx context.Context, spec vmm.Spec) (vmm.Handle, error) {
-	r := record{ID: spec.ID, Template: spec.Template, Net: spec.Net, Size: spec.Size, Env: spec.Env}
+	r := record{ID: spec.ID, Template: spec.Template, Net: spec.Net, Size: spec.Size, Env: spec.Env, Egress: spec.Egress}
 	return d.create(ctx, spec, r, func(dir string) error {
 		return makeDisk(ctx, filepath.Join(dir, diskImage), d.diskBytes)
 	})
@@ -596,7 +600,7 @@ func (d *Driver) attach(ctx context.Context, r record) (*forwarder, error) {
 			if err != nil {
 				return nil, err
 			}
-			err = d.startEgress(r.ID, nsfd, false)
+			err = d.startEgress(r.ID, nsfd, r.Egress, false)
 			unix.Close(nsfd)
 			if err != nil {
 				return nil, err

@@ -23,7 +23,7 @@ func (d *Driver) Clone(ctx context.Context, ckDir string, spec vmm.Spec) (vmm.Ha
 	if m.UIDBase != 0 && m.UIDBase != d.uidBase {
 		return vmm.Handle{}, fmt.Errorf("%w: %s was taken with uid base %d, this driver maps %d", vmm.ErrSnapshotInvalid, ckDir, m.UIDBase, d.uidBase)
 	}
-	r := record{ID: spec.ID, Template: spec.Template, Net: spec.Net, Size: spec.Size, Env: spec.Env, From: ckDir}
+	r := record{ID: spec.ID, Template: spec.Template, Net: spec.Net, Size: spec.Size, Env: spec.Env, From: ckDir, Egress: spec.Egress}
 	if r.Template == "" {
 		r.Template, r.Net, r.Size = m.Template, m.Net, m.Size
 	}

@@ -208,7 +208,7 @@ func (d *Driver) start(ctx context.Context, dir string, r *record, fresh bool) (
 			return err
 		}
 		go func() { _ = slirp.Wait() }()
-		if err := d.startEgress(r.ID, nsfd, true); err != nil {
+		if err := d.startEgress(r.ID, nsfd, r.Egress, true); err != nil {
 			return err
 		}
 	}
