@@ -9,9 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
+	"github.com/hearthvm/hearth/sandbox"
 )
 
 // Fleet is what the gateway needs from the nodes; *fleet.NodeFleet
@@ -67,6 +69,7 @@ func (g *gateway) routesMux() *http.ServeMux {
 	m.HandleFunc("POST /sandboxes/{id}/resume", g.handleConnect)
 	m.HandleFunc("POST /sandboxes/{id}/fork", g.handleFork)
 	m.HandleFunc("POST /sandboxes/{id}/snapshots", g.handleSnapshot)
+	m.HandleFunc("PUT /sandboxes/{id}/network", g.handleUpdateNetwork)
 	m.HandleFunc("GET /snapshots", g.handleListSnapshots)
 	m.HandleFunc("DELETE /templates/{id}", g.handleDeleteSnapshot)
 	m.HandleFunc("GET /sandboxes/{id}/metrics", g.handleMetrics)
@@ -206,8 +209,55 @@ type detailJSON struct {
 	listedJSON
 	EnvdAccessToken     *string   `json:"envdAccessToken,omitempty"`
 	Domain              *string   `json:"domain"`
-	AllowInternetAccess bool      `json:"allowInternetAccess"`
-	Lifecycle           lifecycle `json:"lifecycle"`
+	AllowInternetAccess bool         `json:"allowInternetAccess"`
+	Network             *networkJSON `json:"network,omitempty"`
+	Lifecycle           lifecycle    `json:"lifecycle"`
+}
+
+// networkJSON is e2b's SandboxNetworkConfig as a sandbox's detail reports
+// it: the egress lists rendered back from the recorded policy (networkOf).
+type networkJSON struct {
+	AllowOut           []string `json:"allowOut,omitempty"`
+	DenyOut            []string `json:"denyOut,omitempty"`
+	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
+}
+
+// networkOf is what a sandbox's detail reports of its network
+// (docs/API.md#egress-policy): allowInternetAccess is the egress lane with
+// nothing denied by default (a policy's Otherwise allow); allowOut and
+// denyOut are the policy's allow and deny rules in order, a domain as the
+// node matches it (lower case, no trailing dot), and e2b's ALL_TRAFFIC
+// ("0.0.0.0/0") once for the 0.0.0.0/0 and ::/0 pair FromE2B makes of it
+// (a rule with no destination, from another surface, is ALL_TRAFFIC too;
+// its ports and excepts have no e2b form and are not shown).
+func networkOf(s nodeapi.Sandbox) (internet bool, n *networkJSON) {
+	internet = s.Net == sandbox.NetEgress
+	n = &networkJSON{AllowPublicTraffic: !s.PrivateTraffic}
+	p := s.Egress
+	if p == nil {
+		return internet, n
+	}
+	internet = internet && p.Otherwise == egress.Allow
+	all := map[egress.Action]bool{}
+	for _, r := range p.Rules {
+		e := r.Domain
+		switch {
+		case r.Domain != "":
+		case r.CIDR == "" || r.CIDR == egress.AllTraffic || r.CIDR == "::/0":
+			if all[r.Action] {
+				continue
+			}
+			all[r.Action], e = true, egress.AllTraffic
+		default:
+			e = r.CIDR
+		}
+		if r.Action == egress.Allow {
+			n.AllowOut = append(n.AllowOut, e)
+		} else {
+			n.DenyOut = append(n.DenyOut, e)
+		}
+	}
+	return internet, n
 }
 
 type lifecycle struct {

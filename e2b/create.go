@@ -11,6 +11,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
@@ -47,10 +50,36 @@ type createRequest struct {
 	} `json:"autoResume"`
 	// Network.AllowPublicTraffic false opens the sandbox's ports (other
 	// than envd's) only to its traffic access token; absent or true, they
-	// are public, as on e2b.
+	// are public, as on e2b. Network.AllowOut and DenyOut, with
+	// AllowInternetAccess, are the sandbox's egress policy (egressOf).
 	Network *struct {
-		AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+		AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
+		AllowOut           []string `json:"allowOut"`
+		DenyOut            []string `json:"denyOut"`
 	} `json:"network"`
+}
+
+// egressOf is a create's egress policy and whether it needs the egress
+// lane (docs/API.md#egress-policy): egress.FromE2B of allow_internet_access
+// and network.{allowOut,denyOut}. allow_internet_access true alone is the
+// egress lane unfiltered (nil policy); false with no lists stays the none
+// lane (no network at all, which denies everything already); any list is
+// the egress lane filtered by the policy. Errors name the request's field
+// (network.allowOut[i], ...): a 400 before any node is asked.
+func egressOf(req createRequest) (p *egress.Policy, lane bool, errs field.ErrorList) {
+	in := egress.E2B{AllowInternetAccess: req.AllowInternetAccess}
+	if req.Network != nil {
+		in.AllowOut, in.DenyOut = req.Network.AllowOut, req.Network.DenyOut
+	}
+	allow := req.AllowInternetAccess != nil && *req.AllowInternetAccess
+	if len(in.AllowOut) == 0 && len(in.DenyOut) == 0 {
+		return nil, allow, nil
+	}
+	p, errs = egress.FromE2B(in)
+	if len(errs) > 0 {
+		return nil, false, errs
+	}
+	return p, true, nil
 }
 
 // lifecycleOf is the node lifecycle a create asks for.
@@ -111,13 +140,22 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	policy, internet, errs := egressOf(req)
+	if len(errs) > 0 {
+		writeError(w, http.StatusBadRequest, "%v", errs.ToAggregate())
+		return
+	}
+	if policy != nil && isSnapshotID(req.TemplateID) {
+		writeError(w, http.StatusBadRequest, "%v", errSnapshotEgress)
+		return
+	}
 	// The claim, checked against the claim rules before any node is asked
 	// (lease bounds, templates): every breach is e2b's 400. The key's
 	// namespace; labelled for e2b, which makes the node record the claim
 	// as e2b's (visible; nodeapi.Lifecycle.E2B), as its fork children and
 	// snapshot clones are. The label stays for display.
 	freq := nodeapi.ClaimFor(pool.Key{}, g.namespaceOf(r.Context())+"/"+newClaimName())
-	freq.Env, freq.Metadata, freq.Lifecycle = req.EnvVars, req.Metadata, life
+	freq.Env, freq.Metadata, freq.Lifecycle, freq.Egress = req.EnvVars, req.Metadata, life, policy
 	freq.Object = nodeapi.Object{Labels: map[string]string{sandbox.LabelE2B: "true"}}
 	if errs := freq.Validate(); len(errs) > 0 {
 		for _, e := range errs { // the field as the request names it
@@ -138,8 +176,7 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	freq.TTLSeconds = ttl
 	if !isSnapshotID(req.TemplateID) { // a snapshot's key is its clone's
-		allow := req.AllowInternetAccess != nil && *req.AllowInternetAccess
-		key, err := pool.KeyForE2B(g.template(r.Context(), req.TemplateID), allow)
+		key, err := pool.KeyForE2B(g.template(r.Context(), req.TemplateID), internet)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
@@ -161,6 +198,9 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.As(err, &unknown):
 		writeError(w, http.StatusNotFound, "%v", unknown)
+		return
+	case errors.Is(err, errSnapshotEgress):
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	case err != nil:
 		fail(w, err, "template "+strconv.Quote(req.TemplateID))

@@ -168,6 +168,7 @@ func (f *fakeFleet) claim(req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
 	}
 	s.loc.Lifecycle = req.Lifecycle
 	s.loc.Object = req.Object
+	s.loc.Egress = req.Egress // recorded as a node records it
 	// As a node decides it: e2b's when the claim's object is labelled so.
 	s.loc.E2B = req.Object.Labels[sandbox.LabelE2B] == "true"
 	return s.loc, nil

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -79,12 +80,21 @@ func (g *gateway) claimSnapshot(ctx context.Context, id string, req nodeapi.Clai
 	return g.cloneSnapshot(ctx, snap, req)
 }
 
+// errSnapshotEgress refuses a create from a snapshot with an egress
+// policy of its own (a 400): the clone keeps its snapshot's
+// (docs/API.md#egress-policy), and a list silently dropped would be a
+// policy half-applied.
+var errSnapshotEgress = errors.New("network.allowOut and network.denyOut cannot be set on a create from a snapshot: the sandbox keeps the snapshot's egress policy")
+
 // cloneSnapshot claims a clone of snap — e2b's like the snapshot
 // (nodeapi.Lifecycle.E2B, which the node gives the clone) — and records
 // req.Object's labels on it (a node records no object with a snapshot
 // claim), so that it is labelled like any e2b create; a clone that cannot
 // be labelled is released and the create fails.
 func (g *gateway) cloneSnapshot(ctx context.Context, snap nodeapi.Snapshot, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
+	if req.Egress != nil {
+		return nodeapi.Sandbox{}, errSnapshotEgress
+	}
 	s, err := g.fleet.ClaimSnapshot(ctx, snap, req)
 	if err != nil || len(req.Object.Labels) == 0 || s.Labels[sandbox.LabelE2B] == req.Object.Labels[sandbox.LabelE2B] {
 		return s, err

@@ -9,7 +9,6 @@ import (
 
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
-	"github.com/hearthvm/hearth/sandbox"
 )
 
 // live asks the node whether s is paused (the view may be stale).
@@ -58,8 +57,9 @@ func (g *gateway) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 	d := detailJSON{
 		listedJSON: g.listedOf(s), Domain: g.domain(),
-		AllowInternetAccess: s.Net == sandbox.NetEgress, Lifecycle: lifecycle{OnTimeout: nodeapi.OnTimeoutKill, AutoResume: s.AutoResume},
+		Lifecycle: lifecycle{OnTimeout: nodeapi.OnTimeoutKill, AutoResume: s.AutoResume},
 	}
+	d.AllowInternetAccess, d.Network = networkOf(s)
 	if s.OnTimeout == nodeapi.OnTimeoutPause {
 		d.Lifecycle.OnTimeout = nodeapi.OnTimeoutPause
 	}
@@ -68,6 +68,17 @@ func (g *gateway) handleGet(w http.ResponseWriter, r *http.Request) {
 		d.EnvdAccessToken = &t
 	}
 	writeJSON(w, http.StatusOK, d)
+}
+
+// handleUpdateNetwork answers the SDK's updateNetwork (PUT
+// /sandboxes/{id}/network) with 409: a sandbox's egress policy is fixed at
+// claim time (docs/API.md#egress-policy). The sandbox is looked up first,
+// so an unknown one is the 404 the SDK maps to SandboxNotFoundError.
+func (g *gateway) handleUpdateNetwork(w http.ResponseWriter, r *http.Request) {
+	if _, ok := g.sandboxFor(w, r); !ok {
+		return
+	}
+	writeError(w, http.StatusConflict, "the egress policy is fixed at claim time: create a sandbox with the network it needs")
 }
 
 func (g *gateway) handleKill(w http.ResponseWriter, r *http.Request) {
