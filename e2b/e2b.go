@@ -74,7 +74,9 @@
 // (nodeapi.Snapshot.E2B): listing, deleting and creating from one (a
 // templateID "sn_…" or a snapshot's name) see no other namespace's, and no
 // snapshot of a sandbox the key does not see. A create from a snapshot is
-// Fleet.ClaimSnapshot on the node holding it.
+// Fleet.ClaimSnapshot on the node holding it, which records the create's
+// metadata like any claim's (a fork child inherits its parent's), so
+// ?metadata= finds it on every replica and after any restart.
 //
 // The package owns no state that outlives the process and no sandbox
 // state at all: the fleet (its claim-time index, the view, the nodes) is

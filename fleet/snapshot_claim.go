@@ -9,8 +9,9 @@ import (
 
 // ClaimSnapshot claims a new sandbox cloned from snap on the node holding
 // it (snap.Node, addressed through the view), recorded under req.ClaimRef
-// with req.TTLSeconds and req.Lifecycle; req's key is ignored (the
-// snapshot's key is the sandbox's). The delivery is indexed like a claim's, so it is visible at
+// with req.TTLSeconds, req.Metadata and req.Lifecycle — the node records
+// them, and its change stream carries the metadata to every replica —;
+// req's key is ignored (the snapshot's key is the sandbox's). The delivery is indexed like a claim's, so it is visible at
 // once. An unknown node is ErrNotFound; the node's refusals keep their
 // status (a snapshot it no longer holds is ErrNotFound).
 func (f *NodeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
@@ -21,7 +22,7 @@ func (f *NodeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, re
 	if !ok || n.Address == "" {
 		return nodeapi.Sandbox{}, fmt.Errorf("%w: node %q of snapshot %s is not routable", ErrNotFound, snap.Node, snap.ID)
 	}
-	s, err := f.client(n.Name, n.Address).ClaimSnapshotAs(ctx, snap.ID, nodeapi.SnapshotClaimRequest{TTLSeconds: req.TTLSeconds, ClaimRef: req.ClaimRef, Lifecycle: req.Lifecycle})
+	s, err := f.client(n.Name, n.Address).ClaimSnapshotAs(ctx, snap.ID, nodeapi.SnapshotClaimRequest{TTLSeconds: req.TTLSeconds, ClaimRef: req.ClaimRef, Metadata: req.Metadata, Lifecycle: req.Lifecycle})
 	if err != nil {
 		return nodeapi.Sandbox{}, nodeErr(err)
 	}
@@ -31,9 +32,6 @@ func (f *NodeFleet) ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, re
 	}
 	if s.Template == "" {
 		s.Template, s.Net, s.Size = snap.Key.Template, snap.Key.Net, snap.Key.Size
-	}
-	if s.Metadata == nil {
-		s.Metadata = req.Metadata
 	}
 	f.index.put(s)
 	return s, nil

@@ -138,6 +138,7 @@ func (f *NodeFleet) Resume(ctx context.Context, s nodeapi.Sandbox) error {
 }
 
 // Fork clones s count times on its node; children are indexed at once.
+// The node gives each child s's labels, annotations, spec and metadata.
 func (f *NodeFleet) Fork(ctx context.Context, s nodeapi.Sandbox, count int, ttlSeconds int64) ([]nodeapi.Sandbox, error) {
 	c, err := f.owner(s)
 	if err != nil {
@@ -149,9 +150,6 @@ func (f *NodeFleet) Fork(ctx context.Context, s nodeapi.Sandbox, count int, ttlS
 	}
 	for i := range kids {
 		kids[i] = located(kids[i], s.Node, c.Addr)
-		if kids[i].Metadata == nil {
-			kids[i].Metadata = s.Metadata
-		}
 		f.index.put(kids[i])
 	}
 	return kids, nil

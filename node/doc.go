@@ -7,8 +7,9 @@
 // inventory.EntryOf, without the claims' metadata) and its change stream
 // (GET /v1/watch: the same entries with the metadata; watch.go).
 //
-// What a claim carried — the object's user part and the metadata — is
-// stored with the claim, in its durable record (table.go's record; the
+// What a claim carried — the object's user part and the metadata (a
+// snapshot claim's metadata too; a fork child its parent's) — is stored
+// with the claim, in its durable record (table.go's record; the
 // claim journal), and returned by every lookup of the sandbox: after a
 // node restart, and to any API server replica, the node's record is the
 // truth of what a create stored. A claim is checked on receipt against

@@ -172,7 +172,7 @@ func (n *Node) mux() http.Handler {
 			writeErr(w, err)
 			return
 		}
-		res, err := n.claimSnapshot(r.Context(), r.PathValue("id"), req.TTLSeconds, req.ClaimRef, req.Lifecycle)
+		res, err := n.claimSnapshot(r.Context(), r.PathValue("id"), req)
 		if err != nil {
 			writeErr(w, err)
 			return

@@ -373,7 +373,7 @@ func (n *Node) fork(ctx context.Context, id string, count int, ttl int64) ([]nod
 	// sandbox's children are private, an e2b create's public ones public;
 	// and it is e2b's when its parent is.
 	life := nodeapi.Lifecycle{PrivateTraffic: parent.Lifecycle.PrivateTraffic, PublicTraffic: parent.Lifecycle.PublicTraffic, E2B: parent.Lifecycle.E2B}
-	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), child, life, parent.Egress)
+	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), parent.Metadata, child, life, parent.Egress)
 	if err != nil {
 		return nil, err
 	}
@@ -427,8 +427,8 @@ func childObject(o nodeapi.Object) nodeapi.Object {
 // them and returns their records; on any failure it destroys what it made.
 // refOf names each new sandbox (called with n.mu held, after every earlier
 // child is inserted); nil leaves them unnamed. lin places them in a fork
-// tree; each is recorded with life from the start.
-func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, lin lineage, life nodeapi.Lifecycle, pol *egress.Policy) ([]record, error) {
+// tree; each is recorded with meta (its metadata) and life from the start.
+func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, meta map[string]string, lin lineage, life nodeapi.Lifecycle, pol *egress.Policy) ([]record, error) {
 	handles := make([]vmm.Handle, count)
 	errs := make([]error, count)
 	// Every clone runs to its end, even after another failed: what one
@@ -456,7 +456,7 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	for i, h := range handles {
 		id := n.newSandboxID()
 		r := record{ID: id, Key: k, Handle: h, Deadline: n.limits.Deadline(now, ttl), ClaimedAt: now.Truncate(time.Millisecond),
-			Snapshot: fromSnapshot, Version: 1, Object: obj, Tree: lin.tree, Depth: lin.depth, Lifecycle: life, Egress: pol}
+			Snapshot: fromSnapshot, Version: 1, Object: obj, Metadata: meta, Tree: lin.tree, Depth: lin.depth, Lifecycle: life, Egress: pol}
 		if refOf != nil {
 			r.ClaimRef = refOf(id)
 		}
@@ -637,10 +637,12 @@ func (n *Node) deleteSnapshot(id string) error {
 	return os.RemoveAll(c.rec.Dir)
 }
 
-// claimSnapshot claims a new sandbox cloned from snapshot id, named ref
-// (unique like a claim's; 409 when held) or unnamed, recorded with life —
-// its e2b visibility the snapshot's (life.E2B is ignored).
-func (n *Node) claimSnapshot(ctx context.Context, id string, ttl int64, ref string, life nodeapi.Lifecycle) (nodeapi.Sandbox, error) {
+// claimSnapshot claims a new sandbox cloned from snapshot id, named
+// req.ClaimRef (unique like a claim's; 409 when held) or unnamed, recorded
+// with req.Metadata and req.Lifecycle — its e2b visibility the snapshot's
+// (req.E2B is ignored).
+func (n *Node) claimSnapshot(ctx context.Context, id string, req nodeapi.SnapshotClaimRequest) (nodeapi.Sandbox, error) {
+	ttl, ref, life := req.TTLSeconds, req.ClaimRef, req.Lifecycle
 	n.mu.Lock()
 	c := n.tab.snapshots[id]
 	n.mu.Unlock()
@@ -670,7 +672,7 @@ func (n *Node) claimSnapshot(ctx context.Context, id string, ttl int64, ref stri
 		refOf = func(string) string { return ref }
 	}
 	life.E2B = c.rec.Snapshot.E2B
-	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, lineage{}, life, c.rec.Egress)
+	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, req.Metadata, lineage{}, life, c.rec.Egress)
 	if err != nil {
 		return nodeapi.Sandbox{}, err
 	}

@@ -65,9 +65,10 @@ func (r *ClaimRequest) Validate() field.ErrorList {
 }
 
 // Validate checks a snapshot claim against the rules it shares with a
-// claim (ClaimRequest.Validate): ttl_seconds, claim_ref, on_timeout.
+// claim (ClaimRequest.Validate): metadata, ttl_seconds, claim_ref,
+// on_timeout.
 func (r *SnapshotClaimRequest) Validate() field.ErrorList {
-	var errs field.ErrorList
+	errs := validateMetadata(r.Metadata, field.NewPath("metadata"))
 	if r.TTLSeconds < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("ttl_seconds"), r.TTLSeconds, "must not be negative"))
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -103,12 +104,25 @@ func TestClaimRequest_ValidateIsEveryClaimRule(t *testing.T) {
 }
 
 func TestSnapshotClaimRequest_ValidateSharesTheClaimsRules(t *testing.T) {
-	for _, r := range []nodeapi.SnapshotClaimRequest{{TTLSeconds: -1}, {ClaimRef: "nons"}, {Lifecycle: nodeapi.Lifecycle{OnTimeout: "x"}}} {
+	for _, r := range []nodeapi.SnapshotClaimRequest{{TTLSeconds: -1}, {ClaimRef: "nons"}, {Lifecycle: nodeapi.Lifecycle{OnTimeout: "x"}}, {Metadata: map[string]string{"": "x"}}} {
 		if errs := r.Validate(); nodeapi.ClaimStatus(errs) != http.StatusBadRequest || len(errs) != 1 {
 			t.Errorf("%+v: Validate = %v, want one 400", r, errs)
 		}
 	}
-	if errs := (&nodeapi.SnapshotClaimRequest{ClaimRef: "ns/a", TTLSeconds: 5}).Validate(); len(errs) > 0 {
+	// The metadata's bounds are a claim's (413).
+	big := map[string]string{"k": strings.Repeat("v", nodeapi.MaxMetadataBytes)}
+	many := make(map[string]string, nodeapi.MaxMetadataKeys+1)
+	for i := range nodeapi.MaxMetadataKeys + 1 {
+		many[strconv.Itoa(i)] = ""
+	}
+	for _, m := range []map[string]string{big, many} {
+		r := nodeapi.SnapshotClaimRequest{Metadata: m}
+		claim := nodeapi.ClaimRequest{Metadata: m}
+		if errs, want := r.Validate(), claim.Validate(); nodeapi.ClaimStatus(errs) != http.StatusRequestEntityTooLarge || errs.ToAggregate().Error() != want.ToAggregate().Error() {
+			t.Errorf("metadata of %d keys: Validate = %v, want a claim's %v (413)", len(m), errs, want)
+		}
+	}
+	if errs := (&nodeapi.SnapshotClaimRequest{ClaimRef: "ns/a", TTLSeconds: 5, Metadata: map[string]string{"a": "b"}}).Validate(); len(errs) > 0 {
 		t.Errorf("valid snapshot claim: %v", errs)
 	}
 }

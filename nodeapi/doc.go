@@ -66,7 +66,7 @@
 //	Snapshot             {id: "sn_…", name?, sandbox_id, key: {template, net, size}, created_at, node?, namespace?, e2b?, kept?, bytes?}
 //	SnapshotResult       {snapshot: Snapshot}
 //	SnapshotList         {snapshots: [Snapshot]}
-//	SnapshotClaimRequest {ttl_seconds?, claim_ref?}
+//	SnapshotClaimRequest {ttl_seconds?, claim_ref?, metadata?, on_timeout?, auto_resume?}
 //	RenewRequest         {ttl_seconds}
 //	RenewResult          {deadline}
 //	Stats                {id, cpu_count, mem_total_bytes, mem_used_bytes, mem_used_measured,
@@ -83,7 +83,11 @@
 // MaxObjectBytes (16 KiB), managed_fields by MaxManagedFieldsBytes
 // (32 KiB); a node answers 413 beyond. A claim's metadata is bounded by
 // MaxMetadataKeys (1,000) and MaxMetadataBytes (64 KiB of keys and values,
-// MetadataBytes); a node answers 413 beyond, 400 for an empty key.
+// MetadataBytes); a node answers 413 beyond, 400 for an empty key. A
+// snapshot claim carries metadata with the same bounds
+// (SnapshotClaimRequest.Validate). The node records it, a fork child
+// inherits its parent's, and the change stream carries it: no replica
+// keeps metadata the node does not.
 //
 // # One claim request, one set of rules
 //
@@ -100,7 +104,7 @@
 // the doors agree and a bad claim costs no round trip.
 //
 // A fork child inherits its parent's
-// labels, annotations and spec and is named "<ns>/<parent>-fork-<n>" (the
+// labels, annotations, spec and metadata and is named "<ns>/<parent>-fork-<n>" (the
 // first n from 1 that no sandbox of the node holds). version counts a
 // record's changes (pause, resume, renew, labels) and starts at 1; a
 // LabelsRequest with a non-zero version is applied only at that version.

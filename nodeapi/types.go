@@ -342,6 +342,9 @@ type SnapshotClaimRequest struct {
 	// ClaimRef names the new sandbox "<namespace>/<name>", unique like a
 	// claim's (409 when held); empty leaves it unnamed.
 	ClaimRef string `json:"claim_ref,omitempty"`
+	// Metadata is recorded with the new sandbox and carried on the change
+	// stream, as a claim's (ClaimRequest.Metadata, with its bounds).
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// Lifecycle is the new sandbox's timeout behaviour, as for a claim.
 	Lifecycle
 }
