@@ -3,8 +3,11 @@
 // sandbox, outside the guest.
 //
 // One table, Table (family inet), in the sandbox's network namespace (or
-// on its VM's path), owned by the node: the guest's root has no
-// capability over it. Prepare installs its skeleton as a warm VM boots
+// on its VM's path), reached through a Filter (a lasting netlink
+// connection into the namespace, opened as the VM boots), owned by the node: the guest's root has no
+// capability over it. Prepare installs its skeleton and the
+// pool's policy (a chain whose allows return to the claim's rules: a packet
+// leaves only if both allow it) as a warm VM boots
 // (replacing a table waits for an RCU grace period, milliseconds, which
 // must not fall on a claim); Apply adds the policy at claim time in one
 // netlink transaction, merging runs of rules that share an action and

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/google/nftables"
@@ -47,8 +48,7 @@ func domainSet(prefix string, i int, family string) string {
 	return fmt.Sprintf("%s%d_%s", prefix, i, family)
 }
 
-// Prepare replaces Table in the network namespace behind nsfd (-1: the
-// caller's) with the filter's skeleton, in one netlink transaction: a base
+// Prepare replaces Table in f's network namespace with the filter's skeleton, in one netlink transaction: a base
 // chain on o.Hook that accepts loopback and DNS to o.Resolver, then jumps
 // to the pool chain (o.Pool: its allows return, its denies reject) and to
 // the (empty) rules chain of the claim's policy, and a deny chain that
@@ -57,11 +57,10 @@ func domainSet(prefix string, i int, family string) string {
 // accepted. A node prepares a warm VM as it boots: replacing a table waits
 // for the kernel's RCU grace period (milliseconds), which must not fall on
 // a claim; Apply at claim time only adds.
-func Prepare(nsfd int, o Options) error {
-	c, err := conn(nsfd)
-	if err != nil {
-		return err
-	}
+func (f *Filter) Prepare(o Options) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.c
 	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
 	if _, err := c.ListTableOfFamily(Table, nftables.TableFamilyINet); err == nil {
 		c.DelTable(t)
@@ -132,20 +131,19 @@ func fill(c *nftables.Conn, t *nftables.Table, ch *nftables.Chain, p *egress.Pol
 	return nil
 }
 
-// Apply fills the prepared rules chain in the namespace behind nsfd with
+// Apply fills the prepared rules chain in f's namespace with
 // the filter p means (compile), in one netlink transaction that only adds
 // (the chain must be empty: a VM as Prepare left it): the first matching
 // line decides, Otherwise ends the chain. A nil policy adds nothing
 // (everything is accepted). p must have passed Validate: a rule Apply
 // cannot express is an error, never a wider rule.
-func Apply(nsfd int, p *egress.Policy) error {
+func (f *Filter) Apply(p *egress.Policy) error {
 	if p == nil {
 		return nil
 	}
-	c, err := conn(nsfd)
-	if err != nil {
-		return err
-	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.c
 	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
 	if err := fill(c, t, &nftables.Chain{Name: rulesChain, Table: t}, p, claimSets, false); err != nil {
 		return err
@@ -362,17 +360,16 @@ func domainRuns(p *egress.Policy, prefix, name string) []string {
 }
 
 // Pin adds addrs (the node's resolver's answer for a name) to set (one of
-// SetsFor's) in the namespace behind nsfd, each for ttl (at least a
+// SetsFor's) in f's namespace, each for ttl (at least a
 // second).
-func Pin(nsfd int, set string, addrs []netip.Addr, ttl time.Duration) error {
+func (f *Filter) Pin(set string, addrs []netip.Addr, ttl time.Duration) error {
 	if len(addrs) == 0 {
 		return nil
 	}
 	ttl = max(ttl, time.Second)
-	c, err := conn(nsfd)
-	if err != nil {
-		return err
-	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.c
 	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
 	var v4, v6 []nftables.SetElement
 	for _, a := range addrs {
@@ -401,8 +398,19 @@ func Pin(nsfd int, set string, addrs []netip.Addr, ttl time.Duration) error {
 	return nil
 }
 
-func conn(nsfd int) (*nftables.Conn, error) {
-	var opts []nftables.ConnOption
+// Filter is one sandbox's filter: a lasting netlink connection into its
+// network namespace (opened once, as the VM boots, so a claim's Apply
+// pays no socket set-up), its operations serialized (a connection's
+// batch is its own).
+type Filter struct {
+	mu sync.Mutex
+	c  *nftables.Conn
+}
+
+// Open opens the filter of the network namespace behind nsfd (-1: the
+// caller's); Close releases it (the table stays with the namespace).
+func Open(nsfd int) (*Filter, error) {
+	opts := []nftables.ConnOption{nftables.AsLasting()}
 	if nsfd >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(nsfd))
 	}
@@ -410,8 +418,11 @@ func conn(nsfd int) (*nftables.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: netlink: %w", err)
 	}
-	return c, nil
+	return &Filter{c: c}, nil
 }
+
+// Close releases the netlink connection.
+func (f *Filter) Close() error { return f.c.CloseLasting() }
 
 func verdict(a egress.Action) expr.Any {
 	if a == egress.Allow {

@@ -119,14 +119,19 @@ func inNetns[T any](t testing.TB, ns string, f func() (T, error)) T {
 	return r.v
 }
 
-// fd opens the sandbox side's namespace for Apply and Pin.
-func (n *testNet) fd(t testing.TB) int {
+// filter opens the sandbox side's filter.
+func (n *testNet) filter(t testing.TB) *Filter {
 	fd, err := unix.Open("/run/netns/"+n.sbx, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return fd
+	defer unix.Close(fd)
+	f, err := Open(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
 }
 
 // probe asks the kernel what the sandbox side's filter does to one packet.
@@ -213,17 +218,17 @@ func TestApply_KernelAgreesWithDecide(t *testing.T) {
 				name += fmt.Sprintf(" under a pool policy of %d rules", len(pool.Rules))
 			}
 			t.Run(name, func(t *testing.T) {
-				ns := n.fd(t)
-				if err := Prepare(ns, Options{Pool: pool}); err != nil {
+				ns := n.filter(t)
+				if err := ns.Prepare(Options{Pool: pool}); err != nil {
 					t.Fatal(err)
 				}
-				if err := Apply(ns, tc.p); err != nil {
+				if err := ns.Apply(tc.p); err != nil {
 					t.Fatal(err)
 				}
 				for dst, names := range resolved {
 					for _, name := range names {
 						for _, set := range SetsFor(pool, tc.p, name) {
-							if err := Pin(ns, set, []netip.Addr{netip.MustParseAddr(dst)}, time.Hour); err != nil {
+							if err := ns.Pin(set, []netip.Addr{netip.MustParseAddr(dst)}, time.Hour); err != nil {
 								t.Fatal(err)
 							}
 						}

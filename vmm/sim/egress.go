@@ -32,6 +32,7 @@ var _ vmm.EgressEnforcer = (*Driver)(nil)
 // filter is still the skeleton this process prepared (Apply may only add).
 type egressVM struct {
 	nsfd     int
+	filter   *nft.Filter
 	resolver *resolver.Resolver
 	fresh    bool
 	pool     *egress.Policy
@@ -46,8 +47,14 @@ func (d *Driver) startEgress(id string, nsfd int, pool *egress.Policy, fresh boo
 	if err != nil {
 		return fmt.Errorf("sim: egress: %w", err)
 	}
+	filter, err := nft.Open(fd)
+	if err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("sim: %s: %w", id, err)
+	}
 	if fresh {
-		if err := nft.Prepare(fd, nft.Options{Resolver: netip.MustParseAddr(guestAddr), Pool: pool}); err != nil {
+		if err := filter.Prepare(nft.Options{Resolver: netip.MustParseAddr(guestAddr), Pool: pool}); err != nil {
+			_ = filter.Close()
 			unix.Close(fd)
 			return fmt.Errorf("sim: %s: %w", id, err)
 		}
@@ -66,6 +73,7 @@ func (d *Driver) startEgress(id string, nsfd int, pool *egress.Policy, fresh boo
 		if pc != nil {
 			pc.Close()
 		}
+		_ = filter.Close()
 		unix.Close(fd)
 		return fmt.Errorf("sim: %s: the resolver's sockets: %w", id, err)
 	}
@@ -74,14 +82,14 @@ func (d *Driver) startEgress(id string, nsfd int, pool *egress.Policy, fresh boo
 		Upstream: d.dns,
 		Sets:     nft.SetsFor,
 		Pin: func(set string, addrs []netip.Addr, ttl time.Duration) error {
-			return nft.Pin(fd, set, addrs, ttl)
+			return filter.Pin(set, addrs, ttl)
 		},
 		Dial: d.uplinkDial,
 	})
 	res.Serve(pc, ln)
 	d.mu.Lock()
 	old := d.egress[id]
-	d.egress[id] = &egressVM{nsfd: fd, resolver: res, fresh: fresh, pool: pool}
+	d.egress[id] = &egressVM{nsfd: fd, filter: filter, resolver: res, fresh: fresh, pool: pool}
 	d.mu.Unlock()
 	if old != nil {
 		old.close()
@@ -91,6 +99,7 @@ func (d *Driver) startEgress(id string, nsfd int, pool *egress.Policy, fresh boo
 
 func (e *egressVM) close() {
 	e.resolver.Close()
+	_ = e.filter.Close()
 	unix.Close(e.nsfd)
 }
 
@@ -132,11 +141,11 @@ func (d *Driver) SetEgress(ctx context.Context, h vmm.Handle, p *egress.Policy) 
 		return fmt.Errorf("%w: %s: no egress filter (not started by this driver)", vmm.ErrNotRunning, h.ID)
 	}
 	if !e.fresh {
-		if err := nft.Prepare(e.nsfd, nft.Options{Resolver: netip.MustParseAddr(guestAddr), Pool: e.pool}); err != nil {
+		if err := e.filter.Prepare(nft.Options{Resolver: netip.MustParseAddr(guestAddr), Pool: e.pool}); err != nil {
 			return fmt.Errorf("sim: %s: %w", h.ID, err)
 		}
 	}
-	if err := nft.Apply(e.nsfd, p); err != nil {
+	if err := e.filter.Apply(p); err != nil {
 		return fmt.Errorf("sim: %s: %w", h.ID, err)
 	}
 	d.mu.Lock()
