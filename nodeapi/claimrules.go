@@ -114,13 +114,7 @@ func (o *Object) Validate() field.ErrorList {
 // validateEnv checks an env's bounds and each name (first breach of each
 // kind, in name order).
 func validateEnv(env map[string]string, p *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	if len(env) > MaxEnvVars {
-		errs = append(errs, field.TooMany(p, len(env), MaxEnvVars))
-	}
-	if n := MetadataBytes(env); n > MaxEnvBytes {
-		errs = append(errs, field.TooLong(p, n, MaxEnvBytes))
-	}
+	errs := validateMapBounds(env, p, MaxEnvVars, MaxEnvBytes)
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		switch {
 		case k == "":
@@ -139,15 +133,23 @@ func validateEnv(env map[string]string, p *field.Path) field.ErrorList {
 
 // validateMetadata checks a claim's metadata: its bounds and no empty key.
 func validateMetadata(m map[string]string, p *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	if len(m) > MaxMetadataKeys {
-		errs = append(errs, field.TooMany(p, len(m), MaxMetadataKeys))
-	}
-	if n := MetadataBytes(m); n > MaxMetadataBytes {
-		errs = append(errs, field.TooLong(p, n, MaxMetadataBytes))
-	}
+	errs := validateMapBounds(m, p, MaxMetadataKeys, MaxMetadataBytes)
 	if _, ok := m[""]; ok {
 		errs = append(errs, field.Invalid(p.Key(""), "", "a key is not empty"))
+	}
+	return errs
+}
+
+// validateMapBounds checks a map's bounds (env, metadata): at most
+// maxKeys keys (TooMany) and maxBytes of keys and values (MetadataBytes,
+// TooLong) — the breaches ClaimStatus answers 413.
+func validateMapBounds(m map[string]string, p *field.Path, maxKeys, maxBytes int) field.ErrorList {
+	var errs field.ErrorList
+	if len(m) > maxKeys {
+		errs = append(errs, field.TooMany(p, len(m), maxKeys))
+	}
+	if n := MetadataBytes(m); n > maxBytes {
+		errs = append(errs, field.TooLong(p, n, maxBytes))
 	}
 	return errs
 }
