@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/hearthvm/hearth/egress"
 )
 
 func TestDistribute(t *testing.T) {
@@ -141,7 +144,7 @@ func TestMakePlan(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := MakePlan(tc.pools, tc.templates, tc.last, nodes)
+			p := MakePlan(tc.pools, tc.templates, Plan{Keys: tc.last}, nodes)
 			if d := cmp.Diff(tc.wantKeys, p.Keys); d != "" {
 				t.Errorf("keys -want +got:\n%s", d)
 			}
@@ -192,6 +195,122 @@ func BenchmarkMakePlan(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		MakePlan(pools, templates, nil, nodes)
+		MakePlan(pools, templates, Plan{}, nodes)
+	}
+}
+
+// One key, one policy: a key's warm VMs carry the policy of the oldest
+// template that provisions it; a template that would hold the same key to
+// another policy provisions nothing (and cannot loosen the older one's).
+func TestMakePlan_EgressOneKeyOnePolicyTheOldestTemplateHoldsIt(t *testing.T) {
+	k := Key{Template: "img", Net: "egress", Size: "small"}
+	kNone := Key{Template: "img", Net: "none", Size: "small"}
+	p1, p2, p3 := Ref{"ns", "p1"}, Ref{"ns", "p2"}, Ref{"other", "p3"}
+	t1, t2, t3 := Ref{"ns", "t1"}, Ref{"ns", "t2"}, Ref{"other", "t3"}
+	strict := egress.Default()
+	open := &egress.Policy{Otherwise: egress.Allow}
+	old, young := time.Unix(100, 0), time.Unix(200, 0)
+	transient := errors.New("etcd timeout")
+	nodes := []string{"n1"}
+
+	for _, tc := range []struct {
+		name      string
+		pools     []WarmPool
+		templates map[Ref]TemplateRead
+		last      Plan
+		wantKeys  map[Ref]Key
+		wantPol   map[Key]*egress.Policy
+		conflict  []Ref
+	}{
+		{
+			name:      "a template's policy is its key's",
+			pools:     []WarmPool{{p1, 1, "t1"}},
+			templates: map[Ref]TemplateRead{t1: {Key: k, Egress: strict, Created: old}},
+			wantKeys:  map[Ref]Key{p1: k},
+			wantPol:   map[Key]*egress.Policy{k: strict},
+		},
+		{
+			name:  "two templates with one key and one policy share it",
+			pools: []WarmPool{{p1, 1, "t1"}, {p2, 1, "t2"}},
+			templates: map[Ref]TemplateRead{
+				t1: {Key: k, Egress: egress.Default(), Created: old},
+				t2: {Key: k, Egress: egress.Default(), Created: young}},
+			wantKeys: map[Ref]Key{p1: k, p2: k},
+			wantPol:  map[Key]*egress.Policy{k: strict},
+		},
+		{
+			name:  "a younger template with a looser policy gets nothing, in any order and namespace",
+			pools: []WarmPool{{p3, 1, "t3"}, {p1, 1, "t1"}},
+			templates: map[Ref]TemplateRead{
+				t1: {Key: k, Egress: strict, Created: old},
+				t3: {Key: k, Egress: open, Created: young}},
+			wantKeys: map[Ref]Key{p1: k},
+			wantPol:  map[Key]*egress.Policy{k: strict},
+			conflict: []Ref{p3},
+		},
+		{
+			name:  "a younger template with no policy (Unmanaged) gets nothing",
+			pools: []WarmPool{{p2, 1, "t2"}, {p1, 1, "t1"}},
+			templates: map[Ref]TemplateRead{
+				t1: {Key: k, Egress: strict, Created: young},
+				t2: {Key: k, Created: old}},
+			wantKeys: map[Ref]Key{p2: k},
+			wantPol:  map[Key]*egress.Policy{},
+			conflict: []Ref{p1},
+		},
+		{
+			name:  "same age: the least namespace/name holds the key",
+			pools: []WarmPool{{p2, 1, "t2"}, {p1, 1, "t1"}},
+			templates: map[Ref]TemplateRead{
+				t1: {Key: k, Egress: strict, Created: old},
+				t2: {Key: k, Egress: open, Created: old}},
+			wantKeys: map[Ref]Key{p1: k},
+			wantPol:  map[Key]*egress.Policy{k: strict},
+			conflict: []Ref{p2},
+		},
+		{
+			name:  "different keys never conflict",
+			pools: []WarmPool{{p1, 1, "t1"}, {p2, 1, "t2"}},
+			templates: map[Ref]TemplateRead{
+				t1: {Key: k, Egress: strict, Created: young},
+				t2: {Key: kNone, Created: old}},
+			wantKeys: map[Ref]Key{p1: k, p2: kNone},
+			wantPol:  map[Key]*egress.Policy{k: strict},
+		},
+		{
+			name:      "an invalid policy drains, even with a last key",
+			pools:     []WarmPool{{p1, 1, "t1"}},
+			templates: map[Ref]TemplateRead{t1: {Err: fmt.Errorf("%w: spec.networkPolicy.egress[0].to[0]: Forbidden", ErrInvalidEgress)}},
+			last:      Plan{Keys: map[Ref]Key{p1: k}, Egress: map[Key]*egress.Policy{k: strict}},
+			wantKeys:  map[Ref]Key{},
+			wantPol:   map[Key]*egress.Policy{},
+		},
+		{
+			name:      "a transient error keeps the last key and its policy",
+			pools:     []WarmPool{{p1, 1, "t1"}},
+			templates: map[Ref]TemplateRead{t1: {Err: transient}},
+			last:      Plan{Keys: map[Ref]Key{p1: k}, Egress: map[Key]*egress.Policy{k: strict}},
+			wantKeys:  map[Ref]Key{p1: k},
+			wantPol:   map[Key]*egress.Policy{k: strict},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := MakePlan(tc.pools, tc.templates, tc.last, nodes)
+			if d := cmp.Diff(tc.wantKeys, p.Keys); d != "" {
+				t.Errorf("keys -want +got:\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantPol, p.Egress); d != "" {
+				t.Errorf("egress -want +got:\n%s", d)
+			}
+			var got []Ref
+			for _, wp := range tc.pools {
+				if errors.Is(p.Problems[wp.Ref], ErrEgressConflict) {
+					got = append(got, wp.Ref)
+				}
+			}
+			if d := cmp.Diff(tc.conflict, got); d != "" {
+				t.Errorf("conflicts -want +got:\n%s", d)
+			}
+		})
 	}
 }

@@ -16,8 +16,15 @@
 //   - a failed pool or inventory LIST skips the tick: no PUT, nothing drains;
 //   - a failed template LIST is transient: every pool keeps the key and
 //     targets of the last tick;
-//   - a template that does not exist (or derives no valid key) drains its
-//     key (unless another pool provisions it) and its pool reports 0;
+//   - a template that does not exist (or derives no valid key, or no valid
+//     egress policy) drains its key (unless another pool provisions it)
+//     and its pool reports 0;
+//   - each pool's egress policy (egress.FromTemplate of its template; none
+//     on the none lane, which has no network) goes to the nodes with its
+//     key (nodeapi.PoolSpec.Egress). A key carries one policy: when two
+//     templates map to one key with different policies, the older template
+//     holds it and the other's pools provision nothing and report 0, the
+//     conflict logged like any template problem (pool.MakePlan);
 //   - each PUT has a 10 s deadline and runs concurrently (at most
 //     PutConcurrency at a time): one slow or failing node does not stall
 //     the others; its counts come from its inventory instead;
@@ -48,10 +55,12 @@ import (
 	"k8s.io/klog/v2"
 	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/internal/elect"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
+	"github.com/hearthvm/hearth/sandbox"
 )
 
 // Resources the controller reads and writes.
@@ -100,15 +109,15 @@ type Controller struct {
 	kick chan struct{}
 
 	mu       sync.Mutex
-	last     map[pool.Ref]pool.Key
+	last     pool.Plan
 	sent     map[string]sentTargets // node → last successful PUT
 	lastTick Tick
 }
 
 type sentTargets struct {
-	addr    string
-	targets []pool.Target
-	at      time.Time
+	addr  string
+	specs []nodeapi.PoolSpec
+	at    time.Time
 }
 
 // New validates cfg and builds a Controller.
@@ -127,7 +136,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{cfg: cfg, dyn: dyn, kick: make(chan struct{}, 1),
-		last: map[pool.Ref]pool.Key{}, sent: map[string]sentTargets{}}, nil
+		sent: map[string]sentTargets{}}, nil
 }
 
 // Run acts until ctx ends, electing a leader first when cfg.Elect.
@@ -242,7 +251,7 @@ func (c *Controller) Tick(ctx context.Context) (Tick, error) {
 	for ref, perr := range plan.Problems {
 		klog.V(2).InfoS("warm pool not fully resolved", "pool", ref, "err", perr)
 	}
-	c.last = plan.Keys
+	c.last = plan
 
 	putErrs := c.apply(ctx, nodes, plan)
 	warm := map[string]map[pool.Key]int32{}
@@ -305,7 +314,19 @@ func (c *Controller) readTemplates(ctx context.Context, pools []listedPool) map[
 			continue
 		}
 		k, err := pool.KeyForTemplate(&t)
-		out[ref] = pool.TemplateRead{Key: k, Err: err}
+		if err != nil {
+			out[ref] = pool.TemplateRead{Err: err}
+			continue
+		}
+		pol, errs := egress.FromTemplate(&t.Spec)
+		if len(errs) > 0 {
+			out[ref] = pool.TemplateRead{Err: fmt.Errorf("%w: %v", pool.ErrInvalidEgress, errs.ToAggregate())}
+			continue
+		}
+		if k.Net != sandbox.NetEgress {
+			pol = nil // the none lane has no network to filter
+		}
+		out[ref] = pool.TemplateRead{Key: k, Egress: pol, Created: t.CreationTimestamp.Time}
 	}
 	return out
 }
@@ -347,27 +368,31 @@ func (c *Controller) apply(ctx context.Context, nodes []schedNode, plan pool.Pla
 	}
 	var mu sync.Mutex
 	now := time.Now()
-	var due []*schedNode
+	type put struct {
+		n     *schedNode
+		specs []nodeapi.PoolSpec
+	}
+	var due []put
 	for i := range nodes {
 		n := &nodes[i]
+		specs := make([]nodeapi.PoolSpec, 0, len(plan.Targets[n.name]))
+		for _, t := range plan.Targets[n.name] {
+			specs = append(specs, nodeapi.PoolSpec{Template: t.Key.Template, Net: t.Key.Net, Size: t.Key.Size, Warm: t.Warm, Egress: plan.Egress[t.Key]})
+		}
 		prev, ok := c.sent[n.name]
 		if ok && prev.addr != n.addr {
 			klog.InfoS("Node address changed; it gets only its own token at the new address", "node", n.name, "old", prev.addr, "new", n.addr)
 		}
-		if ok && prev.addr == n.addr && reflect.DeepEqual(prev.targets, plan.Targets[n.name]) && now.Sub(prev.at) < c.cfg.Interval-c.cfg.Interval/4 {
+		if ok && prev.addr == n.addr && reflect.DeepEqual(prev.specs, specs) && now.Sub(prev.at) < c.cfg.Interval-c.cfg.Interval/4 {
 			continue
 		}
-		due = append(due, n)
+		due = append(due, put{n, specs})
 	}
 	var g errgroup.Group // errors stay per node in errs; g never fails
 	g.SetLimit(PutConcurrency)
-	for _, n := range due {
-		targets := plan.Targets[n.name]
+	for _, d := range due {
+		n, specs := d.n, d.specs
 		g.Go(func() error {
-			specs := make([]nodeapi.PoolSpec, 0, len(targets))
-			for _, t := range targets {
-				specs = append(specs, nodeapi.PoolSpec{Template: t.Key.Template, Net: t.Key.Net, Size: t.Key.Size, Warm: t.Warm})
-			}
 			cctx, cancel := context.WithTimeout(ctx, PutTimeout)
 			defer cancel()
 			nc := &nodeapi.Client{Addr: n.addr, Token: nodeapi.NodeToken(c.cfg.Secret, n.name), HTTP: c.cfg.HTTP}
@@ -380,7 +405,7 @@ func (c *Controller) apply(ctx context.Context, nodes []schedNode, plan pool.Pla
 				klog.ErrorS(err, "PUT /v1/pools", "node", n.name, "addr", n.addr)
 				return nil
 			}
-			c.sent[n.name] = sentTargets{addr: n.addr, targets: targets, at: now}
+			c.sent[n.name] = sentTargets{addr: n.addr, specs: specs, at: now}
 			w := map[pool.Key]int32{}
 			for _, p := range info.Pools {
 				w[pool.Key{Template: p.Template, Net: p.Net, Size: p.Size}] += p.Warm

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hearthvm/hearth/apiserver/registry/registrytest"
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
@@ -419,5 +420,119 @@ func TestTick_WithoutTokenSendsNothingButWritesStatus(t *testing.T) {
 	// Status comes from the inventories (1 + 1; node-c has no address).
 	if r, rr, _ := poolStatus(t, dc); r != 2 || rr != 2 {
 		t.Fatalf("status %d/%d", r, rr)
+	}
+}
+
+const policyTemplate = `
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxTemplate
+metadata:
+  name: rt
+  namespace: default
+  annotations: {sandbox.cocoonstack.io/net: egress}
+spec:
+  podTemplate:
+    spec:
+      containers: [{name: main, image: hearth/runtime:1}]
+  networkPolicy:
+    egress:
+    - to: [{ipBlock: {cidr: 203.0.113.0/24, except: [203.0.113.7/32]}}]
+      ports: [{port: 443}]
+`
+
+// A pool's PUT carries its template's egress policy (egress.FromTemplate),
+// kept through a transient template error; a second template that maps to
+// the same key with another policy provisions nothing and reports 0 — it
+// neither loosens the first one's sandboxes nor gets VMs held to a policy
+// it did not ask for.
+func TestTick_PoolsCarryTheirTemplatesEgressPolicyOneKeyOnePolicy(t *testing.T) {
+	_, dc, a, _, ft, d := setup(t)
+	ctx := context.Background()
+	apply(t, dc, policyTemplate)
+	apply(t, dc, poolYAML(2))
+	if _, err := d.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{{Action: egress.Allow, CIDR: "203.0.113.0/24",
+		Except: []string{"203.0.113.7/32"}, Ports: []egress.Port{{Port: 443}}}}}
+	wantPut := []nodeapi.PoolSpec{{Template: "hearth/runtime:1", Net: "egress", Size: "small", Warm: 1, Egress: want}}
+	pa, _ := a.lastPut()
+	if d := cmp.Diff(wantPut, pa); d != "" {
+		t.Fatalf("node-a PUT -want +got:\n%s", d)
+	}
+
+	// The same key from a template with no filter (Unmanaged).
+	apply(t, dc, `
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxTemplate
+metadata:
+  name: zz
+  namespace: default
+  annotations: {sandbox.cocoonstack.io/net: egress}
+spec:
+  networkPolicyManagement: Unmanaged
+  podTemplate:
+    spec:
+      containers: [{name: main, image: hearth/runtime:1}]
+`)
+	apply(t, dc, `
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxWarmPool
+metadata: {name: zz, namespace: default}
+spec:
+  replicas: 6
+  sandboxTemplateRef: {name: zz}
+`)
+	tick, err := d.Tick(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zz := pool.Ref{Namespace: "default", Name: "zz"}
+	if !errors.Is(tick.Plan.Problems[zz], pool.ErrEgressConflict) || tick.Observed[zz] != 0 {
+		t.Fatalf("conflicting pool: problem %v, observed %d", tick.Plan.Problems[zz], tick.Observed[zz])
+	}
+	if _, ok := tick.Plan.Keys[zz]; ok {
+		t.Fatal("the conflicting pool provisions its key")
+	}
+	pa, _ = a.lastPut()
+	if d := cmp.Diff(wantPut, pa); d != "" {
+		t.Fatalf("node-a PUT with a conflicting template -want +got:\n%s", d)
+	}
+
+	// A transient template error keeps the key and its policy.
+	ft.on.Store(true)
+	if _, err := d.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ft.on.Store(false)
+	pa, _ = a.lastPut()
+	if d := cmp.Diff(wantPut, pa); d != "" {
+		t.Fatalf("node-a PUT after a transient template error -want +got:\n%s", d)
+	}
+
+	// Unmanaged on the first template: the pool filters nothing, and the
+	// two templates agree again.
+	apply(t, dc, strings.Replace(strings.Replace(policyTemplate, "spec:\n  podTemplate", "spec:\n  networkPolicyManagement: Unmanaged\n  podTemplate", 1), "  networkPolicy:\n    egress:\n    - to: [{ipBlock: {cidr: 203.0.113.0/24, except: [203.0.113.7/32]}}]\n      ports: [{port: 443}]\n", "", 1))
+	if _, err := d.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pa, _ = a.lastPut()
+	if d := cmp.Diff([]nodeapi.PoolSpec{{Template: "hearth/runtime:1", Net: "egress", Size: "small", Warm: 4}}, pa); d != "" {
+		t.Fatalf("node-a PUT, both Unmanaged -want +got:\n%s", d)
+	}
+}
+
+// The none lane has no network: its pools carry no policy, and templates
+// that differ only in networkPolicy share the key.
+func TestTick_NoneLanePoolsCarryNoEgressPolicy(t *testing.T) {
+	_, dc, a, _, _, d := setup(t)
+	ctx := context.Background()
+	apply(t, dc, poolYAML(2)) // tmpl: none lane, no networkPolicy (the default policy)
+	if _, err := d.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pa, _ := a.lastPut()
+	if d := cmp.Diff([]nodeapi.PoolSpec{{Template: rtKey.Template, Net: "none", Size: "small", Warm: 1}}, pa); d != "" {
+		t.Fatalf("node-a PUT -want +got:\n%s", d)
 	}
 }
