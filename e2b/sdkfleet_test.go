@@ -17,30 +17,30 @@ import (
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/nodeapi"
+	"github.com/hearthvm/hearth/sandbox"
 	"github.com/hearthvm/hearth/vmm/sim"
 )
 
 func TestMain(m *testing.M) { testagent.Main(m) }
 
-// newNodeFleet returns the fleet the SDK acceptance test runs against: a real
-// in-process node (sim driver: every sandbox is a sandbox-agent process)
-// publishing into an in-memory view, a live fleet view over it (the node's
-// change stream), and the real fleet.NodeFleet over that.
-func newNodeFleet(t testing.TB) *fleet.NodeFleet {
-	return fleet.New(fleet.Config{View: newNodeView(t), Secret: sdkRootToken})
-}
-
 // sdkRootToken is the root token of newNodeView's node and the fleet
 // secret its own token derives from.
 const sdkRootToken = "sdk-root-token"
 
-// newNodeView runs the node newNodeFleet uses and returns the live view
-// over it; a second fleet.New over it is a restarted gateway's fleet
-// (empty index).
-func newNodeView(t testing.TB) fleet.View {
+// newNodeView runs a real in-process node (sim driver: every sandbox is a
+// sandbox-agent process) publishing into an in-memory view and returns a
+// live fleet view over it (the node's change stream), what the SDK
+// acceptance test's fleet.NodeFleet runs over; a second fleet.New over it
+// is a restarted gateway's fleet (empty index).
+func newNodeView(t testing.TB) fleet.View { return newNodeViewUplink(t, "") }
+
+// newNodeViewUplink is newNodeView whose node, when uplink names a network
+// namespace (internal/testnet's Net.UplinkPath), also keeps a warm pool of
+// sdkTemplate's egress lane, its traffic leaving from uplink.
+func newNodeViewUplink(t testing.TB, uplink string) fleet.View {
 	const rootToken = sdkRootToken
 	simRoot := t.TempDir()
-	driver, err := sim.New(sim.Options{Root: simRoot, AgentCommand: []string{testagent.Path(t)}})
+	driver, err := sim.New(sim.Options{Root: simRoot, AgentCommand: []string{testagent.Path(t)}, UplinkNetns: uplink})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,11 @@ func newNodeView(t testing.TB) fleet.View {
 	})
 
 	nc := nodeapi.NewClient(ln.Addr().String(), rootToken)
-	if _, err := nc.PutPools(ctx, []nodeapi.PoolSpec{{Template: sdkTemplate, Warm: 3}}); err != nil {
+	pools := []nodeapi.PoolSpec{{Template: sdkTemplate, Warm: 3}}
+	if uplink != "" {
+		pools = append(pools, nodeapi.PoolSpec{Template: sdkTemplate, Net: sandbox.NetEgress, Warm: 2})
+	}
+	if _, err := nc.PutPools(ctx, pools); err != nil {
 		t.Fatal(err)
 	}
 	live := fleetview.New(view, fleetview.Config{Secret: rootToken})
@@ -88,7 +92,7 @@ func newNodeView(t testing.TB) fleet.View {
 	// Poll (with a deadline) until the view advertises warm capacity.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if warm(live.View()) >= 2 {
+		if warm(live.View(), sandbox.NetNone) >= 2 && (uplink == "" || warm(live.View(), sandbox.NetEgress) >= 1) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -99,11 +103,11 @@ func newNodeView(t testing.TB) fleet.View {
 	return live
 }
 
-func warm(v *inventory.View) int32 {
+func warm(v *inventory.View, net string) int32 {
 	var n int32
 	for _, nd := range v.Nodes() {
 		for _, p := range nd.Pools {
-			if p.Template == sdkTemplate {
+			if p.Template == sdkTemplate && (p.Net == net || p.Net == "" && net == sandbox.NetNone) {
 				n += p.Warm
 			}
 		}

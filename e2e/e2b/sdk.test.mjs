@@ -6,7 +6,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
-import { Sandbox, CommandExitError, AuthenticationError } from 'e2b'
+import { Sandbox, CommandExitError, AuthenticationError, ALL_TRAFFIC } from 'e2b'
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) throw new Error(`${v} must be set (run through the Go harness)`)
@@ -293,6 +293,52 @@ test('filesystem-only auto-pause reboots on connect', async (t) => {
   assert.equal(await again.files.read('hearth-sdk/auto.txt'), 'kept')
   const procs = await again.commands.list()
   assert.ok(!procs.some((p) => p.pid === bg.pid), 'processes do not survive a pause without memory')
+})
+
+// Egress policy (docs/API.md#egress-policy) against the harness's test
+// network (internal/testnet: allowed.test and denied.test exist only in
+// namespaces the test made); it needs root, so the harness sets
+// HEARTH_E2B_TESTNET only then.
+const testnet = { skip: !process.env.HEARTH_E2B_TESTNET && 'needs the test network (root)' }
+
+// reaches reports whether an HTTP request from inside the sandbox to host
+// answers (every test-network host answers "hello from <addr>").
+async function reaches (sandbox, host) {
+  const r = await sandbox.commands.run(`printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 ${host} 80 2>&1; true`)
+  return r.stdout.includes('hello from')
+}
+
+test('network denyOut ALL_TRAFFIC with an allowOut domain: only the allowed name is reachable', testnet, async (t) => {
+  const sandbox = await Sandbox.create(template, { network: { denyOut: [ALL_TRAFFIC], allowOut: ['allowed.test'] } })
+  t.after(async () => { await sandbox.kill().catch(() => {}) })
+  assert.equal(await reaches(sandbox, 'allowed.test'), true, 'allowed.test is reachable')
+  assert.equal(await reaches(sandbox, 'denied.test'), false, 'denied.test is not')
+  assert.equal(await reaches(sandbox, '198.18.0.20'), false, "denied.test's address is not")
+  const info = await sandbox.getInfo()
+  assert.equal(info.allowInternetAccess, true)
+  assert.deepEqual(info.network.allowOut, ['allowed.test'])
+  assert.deepEqual(info.network.denyOut, [ALL_TRAFFIC])
+  await assert.rejects(sandbox.updateNetwork({ allowInternetAccess: true }), /fixed at claim time/)
+  assert.equal(await reaches(sandbox, 'denied.test'), false, 'a refused update changed nothing')
+})
+
+test('allowInternetAccess false reaches nothing; with an allowOut address only that', testnet, async (t) => {
+  const none = await Sandbox.create(template, { allowInternetAccess: false })
+  t.after(async () => { await none.kill().catch(() => {}) })
+  assert.equal(await reaches(none, 'allowed.test'), false)
+  assert.equal(await reaches(none, '198.18.0.10'), false)
+  assert.equal((await none.getInfo()).allowInternetAccess, false)
+
+  const only = await Sandbox.create(template, { allowInternetAccess: false, network: { allowOut: ['198.18.0.10'] } })
+  t.after(async () => { await only.kill().catch(() => {}) })
+  assert.equal(await reaches(only, '198.18.0.10'), true)
+  assert.equal(await reaches(only, '198.18.0.20'), false)
+  assert.equal((await only.getInfo()).allowInternetAccess, false)
+})
+
+test('an invalid CIDR or a domain in denyOut is an error from create naming the field', async () => {
+  await assert.rejects(Sandbox.create(template, { network: { allowOut: ['10.0.0.300/8'] } }), /network\.allowOut\[0\]/)
+  await assert.rejects(Sandbox.create(template, { network: { denyOut: [ALL_TRAFFIC, 'denied.test'] } }), /network\.denyOut\[1\]/)
 })
 
 test('a wrong API key is an AuthenticationError', async () => {
