@@ -70,6 +70,17 @@
 // request. A pause with {"memory": false} is the node's pause without
 // memory (the VM stops, its disk is kept).
 //
+// Egress (docs/API.md#egress-policy): a create's allow_internet_access and
+// network.allowOut / denyOut become the claim's egress policy
+// (egress.FromE2B, in egressOf) and pick its lane — any list is the egress
+// lane filtered by the policy; without lists allow_internet_access true is
+// the egress lane unfiltered, false or absent the none lane (no network).
+// A bad list is a 400 naming network.allowOut[i] / denyOut[i] before any
+// node is asked; a list on a create from a snapshot is a 400 (the clone
+// keeps the snapshot's policy). The node enforces and records the policy;
+// GET renders it back (networkOf) and PUT /sandboxes/{id}/network, the
+// SDK's updateNetwork, is a 409: the policy is fixed at claim time.
+//
 // Snapshots are the namespace's (nodeapi.Snapshot.Namespace) and e2b's
 // (nodeapi.Snapshot.E2B): listing, deleting and creating from one (a
 // templateID "sn_…" or a snapshot's name) see no other namespace's, and no
