@@ -207,8 +207,8 @@ type listedJSON struct {
 
 type detailJSON struct {
 	listedJSON
-	EnvdAccessToken     *string   `json:"envdAccessToken,omitempty"`
-	Domain              *string   `json:"domain"`
+	EnvdAccessToken     *string      `json:"envdAccessToken,omitempty"`
+	Domain              *string      `json:"domain"`
 	AllowInternetAccess bool         `json:"allowInternetAccess"`
 	Network             *networkJSON `json:"network,omitempty"`
 	Lifecycle           lifecycle    `json:"lifecycle"`
