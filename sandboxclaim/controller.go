@@ -19,10 +19,12 @@ import (
 	"k8s.io/klog/v2"
 	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/internal/elect"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
+	"github.com/hearthvm/hearth/sandbox"
 )
 
 // Resources the controller reads and writes.
@@ -209,7 +211,7 @@ func (c *Controller) claim(ctx context.Context, claim *extv1beta1.SandboxClaim, 
 		meta.SetStatusCondition(&claim.Status.Conditions, NotReadyCondition(claim, ReasonInvalidClaim, errs.ToAggregate().Error()))
 		return 0, c.updateStatus(ctx, claim)
 	}
-	key, reason, err := c.keyOf(ctx, claim)
+	key, pol, reason, err := c.keyOf(ctx, claim)
 	if err != nil {
 		if reason == "" {
 			return 0, err // transient: retried with backoff
@@ -218,6 +220,12 @@ func (c *Controller) claim(ctx context.Context, claim *extv1beta1.SandboxClaim, 
 		return 5 * time.Second, c.updateStatus(ctx, claim)
 	}
 	req.Template, req.Net, req.Size = key.Template, key.Net, key.Size
+	// The template's policy goes with the claim as its own: the node
+	// holds the sandbox to it in addition to the pool's, which is the same
+	// policy unless another template holds the key with a different one
+	// (pool.ErrEgressConflict) — then the claim is never looser than its
+	// own template asked.
+	req.Egress = pol
 	sb, err := c.cfg.Fleet.Claim(ctx, req)
 	var noWarm *fleet.ErrNoWarmCapacity
 	switch {
@@ -243,36 +251,44 @@ func (c *Controller) bind(ctx context.Context, claim *extv1beta1.SandboxClaim, s
 	return c.updateStatus(ctx, claim)
 }
 
-// keyOf resolves the claim's warm pool to its template's key. A definitive
+// keyOf resolves the claim's warm pool to its template's key and egress
+// policy (egress.FromTemplate; none on the none lane). A definitive
 // problem returns its condition reason; a transient one none.
-func (c *Controller) keyOf(ctx context.Context, claim *extv1beta1.SandboxClaim) (pool.Key, string, error) {
+func (c *Controller) keyOf(ctx context.Context, claim *extv1beta1.SandboxClaim) (pool.Key, *egress.Policy, string, error) {
 	pu, err := c.dyn.Resource(WarmPools).Namespace(claim.Namespace).Get(ctx, claim.Spec.WarmPoolRef.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return pool.Key{}, ReasonWarmPoolNotFound, fmt.Errorf("SandboxWarmPool %q not found", claim.Spec.WarmPoolRef.Name)
+		return pool.Key{}, nil, ReasonWarmPoolNotFound, fmt.Errorf("SandboxWarmPool %q not found", claim.Spec.WarmPoolRef.Name)
 	}
 	if err != nil {
-		return pool.Key{}, "", err
+		return pool.Key{}, nil, "", err
 	}
 	var wp extv1beta1.SandboxWarmPool
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(pu.Object, &wp); err != nil {
-		return pool.Key{}, ReasonReconcilerError, err
+		return pool.Key{}, nil, ReasonReconcilerError, err
 	}
 	tu, err := c.dyn.Resource(Templates).Namespace(claim.Namespace).Get(ctx, wp.Spec.TemplateRef.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return pool.Key{}, ReasonTemplateNotFound, fmt.Errorf("SandboxTemplate %q of SandboxWarmPool %q not found", wp.Spec.TemplateRef.Name, wp.Name)
+		return pool.Key{}, nil, ReasonTemplateNotFound, fmt.Errorf("SandboxTemplate %q of SandboxWarmPool %q not found", wp.Spec.TemplateRef.Name, wp.Name)
 	}
 	if err != nil {
-		return pool.Key{}, "", err
+		return pool.Key{}, nil, "", err
 	}
 	var t extv1beta1.SandboxTemplate
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tu.Object, &t); err != nil {
-		return pool.Key{}, ReasonReconcilerError, err
+		return pool.Key{}, nil, ReasonReconcilerError, err
 	}
 	k, err := pool.KeyForTemplate(&t)
 	if err != nil {
-		return pool.Key{}, ReasonReconcilerError, err
+		return pool.Key{}, nil, ReasonReconcilerError, err
 	}
-	return k, "", nil
+	pol, errs := egress.FromTemplate(&t.Spec)
+	if len(errs) > 0 {
+		return pool.Key{}, nil, ReasonReconcilerError, fmt.Errorf("SandboxTemplate %q: %w", t.Name, errs.ToAggregate())
+	}
+	if k.Net != sandbox.NetEgress {
+		pol = nil // the none lane has no network to filter
+	}
+	return k, pol, "", nil
 }
 
 func (c *Controller) update(ctx context.Context, claim *extv1beta1.SandboxClaim) error {

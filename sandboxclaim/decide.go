@@ -4,7 +4,11 @@
 // cold start — recorded on its node under claim_ref "<ns>/<claim name>",
 // so the Sandbox the aggregated API synthesizes for it has the claim's
 // name. The claim's env is late-bound into the warm microVM at claim time
-// (the node posts it to the agent's /init).
+// (the node posts it to the agent's /init). The claim carries its
+// template's egress policy as its own (egress.FromTemplate; none on the
+// none lane): the node holds the sandbox to it as well as to the pool's,
+// which is the same unless an older template holds the key with another
+// (pool.ErrEgressConflict) — a claim is never looser than its template.
 //
 // The claim is the only etcd object: the controller adds a finalizer before
 // it claims, and on deletion releases every microVM recorded under the
