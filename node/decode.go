@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
@@ -177,7 +179,10 @@ func parsePools(b []byte) ([]poolTarget, error) {
 			return nil, badRequest("pools[%d]: duplicate pool (%s)", i, k)
 		}
 		seen[k] = true
-		out = append(out, poolTarget{Template: k.Template, Net: k.Net, Size: k.Size, Warm: p.Warm})
+		if errs := p.Egress.Validate(field.NewPath("pools").Index(i).Child("egress")); len(errs) > 0 {
+			return nil, badRequest("%v", errs.ToAggregate())
+		}
+		out = append(out, poolTarget{Template: k.Template, Net: k.Net, Size: k.Size, Warm: p.Warm, Egress: p.Egress})
 	}
 	return out, nil
 }

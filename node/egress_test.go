@@ -139,3 +139,56 @@ func TestClaim_EgressPolicyOnADriverThatCannotEnforceIt(t *testing.T) {
 		t.Fatalf("an invalid policy: %v, want a 400 naming egress.rules[0].cidr", err)
 	}
 }
+
+// TestNode_Sim_PoolPolicyHoldsForEveryClaimOfThePool: a pool's policy (a
+// SandboxTemplate's) is installed on its warm VMs as they boot: a claim
+// without a policy of its own is held to it, a fork child too, and a
+// change of the pool's policy replaces the warm VMs rather than handing
+// out ones that hold the old.
+func TestNode_Sim_PoolPolicyHoldsForEveryClaimOfThePool(t *testing.T) {
+	net := testnet.Start(t,
+		testnet.Host{Addr: "198.18.0.10", Names: []string{"allowed.test"}},
+		testnet.Host{Addr: "198.18.0.20", Names: []string{"denied.test"}},
+	)
+	base := t.TempDir()
+	root := filepath.Join(base, "vms")
+	d, err := sim.New(sim.Options{Root: root, AgentCommand: []string{testagent.Path(t)}, UplinkNetns: net.UplinkPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killMentioning(root) })
+	tn := runNode(t, Config{Name: "n1", DataDir: filepath.Join(base, "data"), RootToken: testRoot, Driver: d,
+		ReapInterval: 50 * time.Millisecond, RefillInterval: 50 * time.Millisecond})
+	denyDenied := &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{{Action: egress.Deny, CIDR: "198.18.0.20"}}}
+	if _, err := tn.root.PutPools(bg, []nodeapi.PoolSpec{{Template: "img", Net: "egress", Warm: 2, Egress: denyDenied}}); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 2)
+	sb, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", Net: "egress"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reaches(t, sb, sb.Token, "allowed.test") || reaches(t, sb, sb.Token, "denied.test") {
+		t.Fatal("a claim of the pool is not held to the pool's policy")
+	}
+	kids, err := tn.root.Fork(bg, sb.ID, nodeapi.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reaches(t, kids[0], kids[0].Token, "denied.test") {
+		t.Error("a fork child is not held to its parent's pool policy")
+	}
+	// The template's policy changes: the pool's warm VMs are replaced.
+	denyAllowed := &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{{Action: egress.Deny, CIDR: "198.18.0.10"}}}
+	if _, err := tn.root.PutPools(bg, []nodeapi.PoolSpec{{Template: "img", Net: "egress", Warm: 2, Egress: denyAllowed}}); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 2)
+	sb2, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", Net: "egress"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reaches(t, sb2, sb2.Token, "allowed.test") || !reaches(t, sb2, sb2.Token, "denied.test") {
+		t.Error("after the pool's policy changed, a claim got a VM holding the old one")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
 )
@@ -102,8 +103,9 @@ func (n *Node) bootOne(ctx context.Context, k pool.Key) {
 	start := time.Now()
 	n.mu.Lock()
 	golden := ""
+	var pol *egress.Policy
 	if p := n.tab.pools[k]; p != nil {
-		golden = p.golden
+		golden, pol = p.golden, p.egress
 	}
 	n.mu.Unlock()
 	if golden == "" {
@@ -113,9 +115,17 @@ func (n *Node) bootOne(ctx context.Context, k pool.Key) {
 			return
 		}
 	}
-	h, err := n.driver.Clone(ctx, golden, vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken()})
+	h, err := n.driver.Clone(ctx, golden, vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken(), Egress: pol})
 	if err == nil {
 		n.metrics.bootSeconds.Observe(time.Since(start).Seconds())
+		n.mu.Lock()
+		changed := n.tab.pools[k] != nil && !samePolicy(n.tab.pools[k].egress, pol)
+		n.mu.Unlock()
+		if changed {
+			// The pool's policy changed while it booted: never hand it out.
+			n.destroyAsync(h, "the pool's egress policy changed")
+			h, err = vmm.Handle{}, errors.New("the pool's egress policy changed during the boot")
+		}
 	}
 	if errors.Is(err, vmm.ErrSnapshotInvalid) {
 		n.mu.Lock()

@@ -108,7 +108,7 @@ func (n *Node) claimWarm(ctx context.Context, in claimInput) (nodeapi.Sandbox, e
 	}
 	sb.rec = record{ID: n.newSandboxID(), Key: in.key, Handle: h, ClaimRef: in.ref,
 		Deadline: n.limits.Deadline(now, in.ttl), ClaimedAt: now.Truncate(time.Millisecond), Metadata: in.metadata,
-		Version: 1, Object: in.object, Lifecycle: in.life, Env: in.env, Egress: in.egress}
+		Version: 1, Object: in.object, Lifecycle: in.life, Env: in.env, Egress: in.egress, PoolEgress: n.tab.pools[in.key].egress}
 	n.tab.insert(sb)
 	rec := sb.rec
 	n.mu.Unlock()
@@ -373,7 +373,7 @@ func (n *Node) fork(ctx context.Context, id string, count int, ttl int64) ([]nod
 	// sandbox's children are private, an e2b create's public ones public;
 	// and it is e2b's when its parent is.
 	life := nodeapi.Lifecycle{PrivateTraffic: parent.Lifecycle.PrivateTraffic, PublicTraffic: parent.Lifecycle.PublicTraffic, E2B: parent.Lifecycle.E2B}
-	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), parent.Metadata, child, life, parent.Egress)
+	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), parent.Metadata, child, life, parent.Egress, parent.PoolEgress)
 	if err != nil {
 		return nil, err
 	}
@@ -428,7 +428,7 @@ func childObject(o nodeapi.Object) nodeapi.Object {
 // refOf names each new sandbox (called with n.mu held, after every earlier
 // child is inserted); nil leaves them unnamed. lin places them in a fork
 // tree; each is recorded with meta (its metadata) and life from the start.
-func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, meta map[string]string, lin lineage, life nodeapi.Lifecycle, pol *egress.Policy) ([]record, error) {
+func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, meta map[string]string, lin lineage, life nodeapi.Lifecycle, pol, poolPol *egress.Policy) ([]record, error) {
 	handles := make([]vmm.Handle, count)
 	errs := make([]error, count)
 	// Every clone runs to its end, even after another failed: what one
@@ -437,7 +437,7 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	g.SetLimit(4)
 	for i := range count {
 		g.Go(func() error {
-			handles[i], errs[i] = n.driver.Clone(ctx, dir, vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken()})
+			handles[i], errs[i] = n.driver.Clone(ctx, dir, vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken(), Egress: poolPol})
 			return nil
 		})
 	}
@@ -456,7 +456,7 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	for i, h := range handles {
 		id := n.newSandboxID()
 		r := record{ID: id, Key: k, Handle: h, Deadline: n.limits.Deadline(now, ttl), ClaimedAt: now.Truncate(time.Millisecond),
-			Snapshot: fromSnapshot, Version: 1, Object: obj, Metadata: meta, Tree: lin.tree, Depth: lin.depth, Lifecycle: life, Egress: pol}
+			Snapshot: fromSnapshot, Version: 1, Object: obj, Metadata: meta, Tree: lin.tree, Depth: lin.depth, Lifecycle: life, Egress: pol, PoolEgress: poolPol}
 		if refOf != nil {
 			r.ClaimRef = refOf(id)
 		}
@@ -548,8 +548,9 @@ func (n *Node) snapshot(ctx context.Context, id, name string, kept bool) (nodeap
 			Snapshot: nodeapi.Snapshot{ID: snapID, Name: name, SandboxID: id, Key: src.Key,
 				CreatedAt: n.now().UTC(), Node: n.cfg.Name, Namespace: namespaceOf(src.ClaimRef), Kept: kept,
 				E2B: src.Lifecycle.E2B},
-			Dir:    filepath.Join(n.dirs.snapshots, snapID),
-			Egress: src.Egress,
+			Dir:        filepath.Join(n.dirs.snapshots, snapID),
+			Egress:     src.Egress,
+			PoolEgress: src.PoolEgress,
 		}
 		n.mu.Lock()
 		used := n.snapshotBytes()
@@ -672,7 +673,7 @@ func (n *Node) claimSnapshot(ctx context.Context, id string, req nodeapi.Snapsho
 		refOf = func(string) string { return ref }
 	}
 	life.E2B = c.rec.Snapshot.E2B
-	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, req.Metadata, lineage{}, life, c.rec.Egress)
+	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, req.Metadata, lineage{}, life, c.rec.Egress, c.rec.PoolEgress)
 	if err != nil {
 		return nodeapi.Sandbox{}, err
 	}
@@ -682,19 +683,32 @@ func (n *Node) claimSnapshot(ctx context.Context, id string, req nodeapi.Snapsho
 // setPools replaces the warm targets; pools left out drain.
 func (n *Node) setPools(ts []poolTarget) (nodeapi.Info, error) {
 	n.mu.Lock()
-	want := make(map[pool.Key]int32, len(ts))
+	want := make(map[pool.Key]poolTarget, len(ts))
 	for _, t := range ts {
-		want[pool.Key{Template: t.Template, Net: t.Net, Size: t.Size}] = t.Warm
+		want[pool.Key{Template: t.Template, Net: t.Net, Size: t.Size}] = t
 	}
-	for k := range n.tab.pools {
+	var stale []vmm.Handle
+	for k, p := range n.tab.pools {
 		if _, ok := want[k]; !ok {
 			n.tab.setTarget(k, 0)
+			continue
+		}
+		if !samePolicy(p.egress, want[k].Egress) {
+			// Its warm VMs hold the old policy: replace them.
+			stale = append(stale, p.warm...)
+			p.warm = nil
+			p.egress = want[k].Egress
+			n.tab.hub.setPool(p.row())
 		}
 	}
-	for k, w := range want {
-		n.tab.setTarget(k, w)
+	for k, t := range want {
+		n.tab.setTarget(k, t.Warm)
+		n.tab.pools[k].egress = t.Egress
 	}
 	n.mu.Unlock()
+	for _, h := range stale {
+		n.destroyAsync(h, "the pool's egress policy changed")
+	}
 	if err := n.store.putPools(ts); err != nil {
 		return nodeapi.Info{}, err
 	}

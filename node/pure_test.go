@@ -116,7 +116,8 @@ func TestParsePools(t *testing.T) {
 	}{
 		{`{"pools":[]}`, true, []poolTarget{}},
 		{`{"pools":[{"template":"a","warm":3},{"template":"a","net":"egress","warm":1}]}`, true,
-			[]poolTarget{{"a", "none", "small", 3}, {"a", "egress", "small", 1}}},
+			[]poolTarget{{"a", "none", "small", 3, nil}, {"a", "egress", "small", 1, nil}}},
+		{`{"pools":[{"template":"a","net":"egress","warm":1,"egress":{"otherwise":"maybe"}}]}`, false, nil},         // an invalid pool policy
 		{`{"pools":[{"template":"a","warm":1},{"template":"a","net":"none","size":"small","warm":2}]}`, false, nil}, // duplicate after normalization
 		{`{"pools":[{"template":"a","warm":-1}]}`, false, nil},
 		{`{"pools":[{"template":"a","net":"x","warm":1}]}`, false, nil},

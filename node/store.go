@@ -15,6 +15,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/hearthvm/hearth/egress"
 )
 
 // Buckets of the node's store.
@@ -27,10 +29,11 @@ var (
 
 // poolTarget is a warm target as persisted (and as PUT /v1/pools asks).
 type poolTarget struct {
-	Template string `json:"template"`
-	Net      string `json:"net"`
-	Size     string `json:"size"`
-	Warm     int32  `json:"warm"`
+	Template string         `json:"template"`
+	Net      string         `json:"net"`
+	Size     string         `json:"size"`
+	Warm     int32          `json:"warm"`
+	Egress   *egress.Policy `json:"egress,omitempty"`
 }
 
 // store mirrors the claim table, the snapshots and the pool targets on

@@ -2,6 +2,7 @@ package node
 
 import (
 	"crypto/sha256"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
@@ -46,6 +47,10 @@ type record struct {
 	// (vmm.EgressEnforcer) at claim time and again whenever the VM is
 	// restored or re-adopted; forks and snapshot claims inherit it.
 	Egress *egress.Policy `json:"egress,omitempty"`
+	// PoolEgress is the policy of the pool its VM came from (installed as
+	// the VM booted, kept by the driver): fork children and snapshot
+	// claims are booted holding it too.
+	PoolEgress *egress.Policy `json:"pool_egress,omitempty"`
 }
 
 // sandbox is a claimed VM in the table. mu serializes the lifecycle verbs
@@ -65,7 +70,10 @@ type poolState struct {
 	booting int32
 	// golden is the checkpoint directory warm VMs are cloned from; empty
 	// until the first boot of the pool has made it.
-	golden   string
+	golden string
+	// egress is the pool's policy (nodeapi.PoolSpec.Egress): each warm VM
+	// is booted holding it; a change replaces the warm VMs.
+	egress   *egress.Policy
 	failures int
 	retryAt  time.Time
 }
@@ -74,9 +82,10 @@ type poolState struct {
 type snapRecord struct {
 	Snapshot nodeapi.Snapshot `json:"snapshot"`
 	Dir      string           `json:"dir"`
-	// Egress is its source's policy: a sandbox claimed from the snapshot
-	// is held to it.
-	Egress *egress.Policy `json:"egress,omitempty"`
+	// Egress and PoolEgress are its source's policies: a sandbox claimed
+	// from the snapshot is held to both.
+	Egress     *egress.Policy `json:"egress,omitempty"`
+	PoolEgress *egress.Policy `json:"pool_egress,omitempty"`
 }
 
 // snapshot is a snapshot in the table; mu is held for reading while it
@@ -382,4 +391,12 @@ func (t *table) sortedPools() []*poolState {
 	}
 	sort.Slice(out, func(i, j int) bool { return keyLess(out[i].key, out[j].key) })
 	return out
+}
+
+// samePolicy reports whether two egress policies are the same (nil: none).
+func samePolicy(a, b *egress.Policy) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return reflect.DeepEqual(a, b)
 }
