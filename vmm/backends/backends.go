@@ -58,7 +58,9 @@ var openers = map[string]Opener{
 	// with this cache directory; "default" is image.DefaultRoot()), rootfs
 	// (one root filesystem directory for every template), uid_base (first
 	// host uid of the guests' id range), cgroup_parent, lower_cache (the
-	// id-shifted template copies, shareable by the drivers of one host).
+	// id-shifted template copies, shareable by the drivers of one host),
+	// uplink_netns and dns (sim.Options.UplinkNetns, .DNS: where the egress
+	// lane's traffic and its resolvers' queries leave from).
 	// Without image_cache and rootfs every template runs on the built-in
 	// busybox root.
 	sim.Name: openSim,
@@ -150,6 +152,10 @@ func openSim(o Options) (vmm.Driver, error) {
 		so.Rootfs = func(context.Context, string) (string, error) { return dir, nil }
 	}
 	so.LowerCache = o.Extra["lower_cache"]
+	so.UplinkNetns = o.Extra["uplink_netns"]
+	if v := o.Extra["dns"]; v != "" {
+		so.DNS = strings.Split(v, ",")
+	}
 	if v := o.Extra["uid_base"]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
