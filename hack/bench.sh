@@ -8,9 +8,11 @@
 #   hack/bench.sh apiclaim lookup # some benchmarks (see -list)
 #   hack/bench.sh nodescale       # claim CPU vs node size (100 / 1,000 / 10,000 VMs held)
 #   hack/bench.sh live            # only the live fleet view's go test benchmarks
+#   hack/bench.sh egress          # only the egress policy's go test benchmarks (root)
 #
 # With no arguments, the live fleet view's `go test` benchmarks (fleetview,
-# fleet, the node's change stream) follow hearthbench's tables.
+# fleet, the node's change stream) and the egress policy's follow
+# hearthbench's tables.
 #
 # Output also goes to $OUT (default _output/bench.md).
 set -euo pipefail
@@ -31,6 +33,25 @@ live_view() {
   echo '```'
   echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
+# egress runs the egress policy's go test benchmarks (root: network
+# namespaces and the sim driver): a 50-rule policy's Apply on a prepared
+# namespace, and a node's claim with no policy against one with 50 rules,
+# alternating in one run.
+egress_policy() {
+  echo "## Egress policy (go test benchmarks), $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo
+  echo '```'
+  go test -run XXX -bench Apply_50Rules -benchtime 300x ./egress/nft/ | grep -E '^Benchmark'
+  go test -run XXX -bench Claim_SimEgressPolicy -benchtime 60x ./node/ | grep -E '^Benchmark'
+  echo '```'
+  echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+if [ "${1:-}" = egress ]; then
+  out="${OUT:-_output/bench-egress.md}"
+  mkdir -p "$(dirname "$out")"
+  egress_policy | tee "$out"
+  exit 0
+fi
 if [ "${1:-}" = live ]; then
   out="${OUT:-_output/bench-live.md}"
   mkdir -p "$(dirname "$out")"
@@ -52,5 +73,7 @@ CGO_ENABLED=0 go build -o "$bin/sandbox-agent" ./cmd/sandbox-agent  # static: si
   if [ $# -eq 0 ]; then
     echo
     live_view
+    echo
+    egress_policy
   fi
 } | tee "$out"
