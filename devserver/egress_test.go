@@ -1,19 +1,26 @@
 package devserver_test
 
 import (
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/hearthvm/hearth/egress"
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 // TestDevServer_TemplateEgressPolicyThroughKubectl: through kubectl against
 // the whole dev system, a SandboxTemplate whose networkPolicy Hearth
 // cannot enforce is refused naming the field, and one it can warms its
-// pool on the egress lane and serves a SandboxClaim (which carries the
-// template's policy to the node) — docs/API.md#egress-policy-kubernetes.
+// pool on the egress lane and serves a SandboxClaim whose sandbox its node
+// holds to the template's policy — docs/API.md#egress-policy-kubernetes.
 func TestDevServer_TemplateEgressPolicyThroughKubectl(t *testing.T) {
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Skip("kubectl not on PATH")
@@ -77,4 +84,20 @@ spec:
 		out, _ := d.kubectl(t, "get", "sandboxclaim", "job", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason} {.status.conditions[?(@.type=="Ready")].message}`)
 		return strings.HasPrefix(out, "True "), out
 	})
+	// The node records the policy it holds the claimed sandbox to.
+	want := &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{{Action: egress.Allow, CIDR: "203.0.113.0/24", Ports: []egress.Port{{Port: 443}}}}}
+	var held []nodeapi.Sandbox
+	for _, addr := range d.ready.Nodes {
+		sbs, err := nodeapi.NewClient(addr, d.ready.RootToken).GetByRef(context.Background(), "default/job")
+		if err != nil && !errors.Is(err, nodeapi.ErrNotFound) {
+			t.Fatal(err)
+		}
+		held = append(held, sbs...)
+	}
+	if len(held) != 1 {
+		t.Fatalf("%d sandboxes under default/job", len(held))
+	}
+	if diff := cmp.Diff(want, held[0].Egress); diff != "" {
+		t.Fatalf("the claimed sandbox's egress policy on its node -want +got:\n%s", diff)
+	}
 }
