@@ -13,6 +13,7 @@ import (
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -355,25 +356,21 @@ func (s *sandboxStorage) Delete(ctx context.Context, name string, deleteValidati
 // longer lists it (unless its node's stream is down), or, when no node
 // answers, until the view no longer lists it.
 func (s *sandboxStorage) waitGone(ctx context.Context, sb nodeapi.Sandbox) error {
-	ctx, cancel := context.WithTimeout(ctx, s.deleteTimeout)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, s.deleteTimeout, true, func(ctx context.Context) (bool, error) {
 		_, err := s.fleet.LiveByID(ctx, sb.ID)
 		_, listed := s.live.CurrentByID(sb.ID)
 		switch {
 		case errors.Is(err, fleet.ErrNotFound) && (!listed || !s.live.Streaming(sb.Node)):
-			return nil
+			return true, nil
 		case err != nil && !listed:
-			return nil
+			return true, nil
 		}
-		select {
-		case <-ctx.Done():
-			return apierrors.NewTimeoutError(fmt.Sprintf("sandbox %s (claim %s) was released but node %q still lists it", sb.ClaimRef, sb.ID, sb.Node), 1)
-		case <-tick.C:
-		}
+		return false, nil
+	})
+	if err != nil {
+		return apierrors.NewTimeoutError(fmt.Sprintf("sandbox %s (claim %s) was released but node %q still lists it", sb.ClaimRef, sb.ID, sb.Node), 1)
 	}
+	return nil
 }
 
 // Watch streams the live view's changes (watchLive), a watch pinned to
