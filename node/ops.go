@@ -475,7 +475,9 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 		n.tab.insert(&sandbox{rec: r})
 	}
 	n.mu.Unlock()
-	if err := n.store.putSandboxes(recs...); err != nil {
+	// undo forgets the batch (its records too, once stored) and destroys
+	// its VMs.
+	undo := func(stored bool, why string) {
 		n.mu.Lock()
 		for _, r := range recs {
 			if sb := n.tab.remove(r.ID); sb != nil {
@@ -483,9 +485,17 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 			}
 		}
 		n.mu.Unlock()
-		for _, h := range handles {
-			n.destroyAsync(h, "recording clones failed")
+		for _, r := range recs {
+			if stored {
+				_ = n.store.deleteSandbox(r.ID)
+			}
 		}
+		for _, h := range handles {
+			n.destroyAsync(h, why)
+		}
+	}
+	if err := n.store.putSandboxes(recs...); err != nil {
+		undo(false, "recording clones failed")
 		return nil, fmt.Errorf("recording clones: %w", err)
 	}
 	// Each clone is a new VM: its filter holds nothing of the policy yet.
@@ -495,19 +505,7 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 		eg.Go(func() error { return n.enforceEgress(ctx, r) })
 	}
 	if err := eg.Wait(); err != nil {
-		n.mu.Lock()
-		for _, r := range recs {
-			if sb := n.tab.remove(r.ID); sb != nil {
-				sb.gone = true
-			}
-		}
-		n.mu.Unlock()
-		for _, r := range recs {
-			_ = n.store.deleteSandbox(r.ID)
-		}
-		for _, h := range handles {
-			n.destroyAsync(h, "egress policy not enforced")
-		}
+		undo(true, "egress policy not enforced")
 		return nil, err
 	}
 	return recs, nil
