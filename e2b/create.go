@@ -75,6 +75,11 @@ func egressOf(req createRequest) (p *egress.Policy, lane bool, errs field.ErrorL
 	if len(in.AllowOut) == 0 && len(in.DenyOut) == 0 {
 		return nil, allow, nil
 	}
+	// Bounded before translation: a body's worth of bad entries would be
+	// as many errors, an answer many times the request's size.
+	if n := len(in.AllowOut) + len(in.DenyOut); n > egress.MaxRules {
+		return nil, false, field.ErrorList{field.TooMany(field.NewPath("network"), n, egress.MaxRules)}
+	}
 	p, errs = egress.FromE2B(in)
 	if len(errs) > 0 {
 		return nil, false, errs

@@ -165,3 +165,16 @@ func TestUpdateNetwork_IsAConflictTheSandboxKeepsItsPolicy(t *testing.T) {
 	resp, b = g.call("PUT", "/sandboxes/"+RenderID("sb_9999")+"/network", map[string]any{}, nil)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, string(b))
 }
+
+// A body's worth of bad entries is one error, not one per entry: the
+// answer stays small (no amplification) and no node is asked.
+func TestCreate_ManyBadNetworkEntriesAreOneSmallError(t *testing.T) {
+	g := startGateway(t)
+	g.f.addWarmEgress("rt", 1)
+	bad := make([]string, 5*egress.MaxRules) // "" is no IP or CIDR
+	resp, b := g.call("POST", "/v2/sandboxes", map[string]any{"templateID": "rt", "network": map[string]any{"allowOut": bad}}, nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Less(t, len(b), 4096, "the answer is bounded")
+	require.Contains(t, string(b), "network")
+	require.Empty(t, g.f.claimed())
+}
