@@ -178,3 +178,20 @@ func TestCreate_ManyBadNetworkEntriesAreOneSmallError(t *testing.T) {
 	require.Contains(t, string(b), "network")
 	require.Empty(t, g.f.claimed())
 }
+
+// A create from a snapshot named by templateID keeps the snapshot's
+// policy: lists with it are a 400, never a clone with the lists dropped.
+func TestCreate_NetworkListsOnASnapshotByNameAreA400NotDropped(t *testing.T) {
+	g := startGateway(t)
+	s := g.create(map[string]any{"templateID": "rt"})
+	resp, b := g.call("POST", "/sandboxes/"+s.SandboxID+"/snapshots", map[string]any{"name": "golden"}, nil)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, string(b))
+	resp, b = g.call("POST", "/v2/sandboxes", map[string]any{"templateID": "golden", "network": map[string]any{"denyOut": []string{egress.AllTraffic}}}, nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
+	require.Contains(t, string(b), "snapshot's egress policy")
+	var list []listedJSON
+	g.call("GET", "/v2/sandboxes", nil, &list)
+	require.Len(t, list, 1, "no clone was claimed")
+	// Without lists, the same create is a clone of it.
+	g.create(map[string]any{"templateID": "golden"})
+}
