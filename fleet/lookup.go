@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 )
@@ -253,27 +255,21 @@ func (f *NodeFleet) askAll(ctx context.Context, key string, byRef bool) (nodeapi
 	nodes := f.cfg.View.View().Nodes()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sem := make(chan struct{}, f.cfg.Concurrency)
 	found := make(chan nodeapi.Sandbox, 1)
 	var (
-		wg     sync.WaitGroup
+		g      errgroup.Group
 		mu     sync.Mutex
 		silent []string // nodes that did not answer
 	)
-	for i := range nodes {
-		n := nodes[i]
+	g.SetLimit(f.cfg.Concurrency)
+	for _, n := range nodes {
+		if ctx.Err() != nil { // found, or the caller gave up: ask no more
+			break
+		}
 		if n.Address == "" {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			defer func() { <-sem }()
+		g.Go(func() error {
 			s, err := f.ask(ctx, n.Name, n.Address, key, byRef)
 			switch {
 			case err == nil:
@@ -287,9 +283,10 @@ func (f *NodeFleet) askAll(ctx context.Context, key string, byRef bool) (nodeapi
 				silent = append(silent, n.Name)
 				mu.Unlock()
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	select {
 	case s := <-found:
 		f.index.put(s)
@@ -338,13 +335,10 @@ func (f *NodeFleet) List(ctx context.Context) ([]nodeapi.Sandbox, error) {
 	}
 	pending := f.index.unlisted(seen)
 	found := make([]*nodeapi.Sandbox, len(pending))
-	sem := make(chan struct{}, f.cfg.Concurrency)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(f.cfg.Concurrency)
 	for i, rec := range pending {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			s, err := f.ask(ctx, rec.Node, rec.NodeAddr, rec.ID, false)
 			switch {
 			case err == nil:
@@ -356,9 +350,10 @@ func (f *NodeFleet) List(ctx context.Context) ([]nodeapi.Sandbox, error) {
 				rec.Token = ""
 				found[i] = &rec
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	for _, s := range found {
 		if s != nil {
 			out = append(out, *s)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
 	"github.com/hearthvm/hearth/inventory"
@@ -151,18 +152,16 @@ func located(s nodeapi.Sandbox, nodeName, addr string) nodeapi.Sandbox {
 
 // eachNode runs fn for every routable node, concurrently (bounded).
 func (f *NodeFleet) eachNode(ctx context.Context, fn func(context.Context, inventory.Node)) {
-	sem := make(chan struct{}, f.cfg.Concurrency)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(f.cfg.Concurrency)
 	for _, n := range f.cfg.View.View().Nodes() {
 		if n.Address == "" {
 			continue
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			fn(ctx, n)
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 }
