@@ -8,6 +8,9 @@ import (
 	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 )
 
+// maxErrors bounds the errors one translation reports (the first ones).
+const maxErrors = 10
+
 // AllTraffic is e2b's ALL_TRAFFIC. In a Hearth policy it means every
 // destination, IPv6 included (see the package doc).
 const AllTraffic = "0.0.0.0/0"
@@ -28,6 +31,10 @@ func FromE2B(in E2B) (*Policy, field.ErrorList) {
 	if !refused && len(in.AllowOut) == 0 && len(in.DenyOut) == 0 {
 		return nil, nil
 	}
+	if n := len(in.AllowOut) + len(in.DenyOut); n > MaxRules {
+		// Before any entry is read: a huge list costs one short error.
+		return nil, field.ErrorList{field.TooMany(field.NewPath("network"), n, MaxRules)}
+	}
 	p := &Policy{Otherwise: Allow}
 	if refused {
 		p.Otherwise = Deny
@@ -35,6 +42,9 @@ func FromE2B(in E2B) (*Policy, field.ErrorList) {
 	var errs field.ErrorList
 	add := func(path *field.Path, a Action, entries []string, domains bool) {
 		for i, e := range entries {
+			if len(errs) >= maxErrors {
+				return
+			}
 			at := path.Index(i)
 			switch {
 			case e == AllTraffic:
@@ -122,6 +132,13 @@ func FromTemplate(spec *extv1beta1.SandboxTemplateSpec) (*Policy, field.ErrorLis
 	p := &Policy{Otherwise: Deny}
 	var errs field.ErrorList
 	egress := root.Child("networkPolicy", "egress")
+	n := 0
+	for _, er := range spec.NetworkPolicy.Egress {
+		n += max(len(er.To), 1) * max(len(er.Ports), 1)
+	}
+	if n > MaxRules*4 { // past any policy that could translate: refuse before reading it
+		return nil, field.ErrorList{field.TooMany(egress, n, MaxRules)}
+	}
 	for i, er := range spec.NetworkPolicy.Egress {
 		at := egress.Index(i)
 		var ports []Port

@@ -138,3 +138,15 @@ func TestFromTemplate(t *testing.T) {
 		})
 	}
 }
+
+// A huge or wholly invalid list costs one short error, not one per entry.
+func TestFromE2B_BoundedErrors(t *testing.T) {
+	_, errs := FromE2B(E2B{AllowOut: make([]string, 5000)})
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "Too many") {
+		t.Fatalf("5000 entries: %d errors: %v", len(errs), errs.ToAggregate())
+	}
+	_, errs = FromE2B(E2B{AllowOut: make([]string, 900)})
+	if len(errs) != maxErrors {
+		t.Fatalf("900 empty entries: %d errors, want %d", len(errs), maxErrors)
+	}
+}
