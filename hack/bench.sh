@@ -35,14 +35,16 @@ live_view() {
 }
 # egress runs the egress policy's go test benchmarks (root: network
 # namespaces and the sim driver): a 50-rule policy's Apply on a prepared
-# namespace, and a node's claim with no policy against one with 50 rules,
-# alternating in one run.
+# namespace, a node's claim with no policy against one with 50 rules,
+# alternating in one run, and a resume's time to its first allowed
+# connection.
 egress_policy() {
   echo "## Egress policy (go test benchmarks), $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo
   echo '```'
   go test -run XXX -bench Apply_50Rules -benchtime 300x ./egress/nft/ | grep -E '^Benchmark'
   go test -run XXX -bench Claim_SimEgressPolicy -benchtime 60x ./node/ | grep -E '^Benchmark'
+  go test -run XXX -bench Resume_SimEgress -benchtime 10x ./node/ | grep -E '^Benchmark'
   echo '```'
   echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 }

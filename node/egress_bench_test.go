@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/egress"
+	"github.com/hearthvm/hearth/internal/testagent"
+	"github.com/hearthvm/hearth/internal/testnet"
 	"github.com/hearthvm/hearth/nodeapi"
+	"github.com/hearthvm/hearth/vmm/sim"
 )
 
 // BenchmarkClaim_SimEgressPolicy is issue 24's measure: the latency of a
@@ -69,4 +72,64 @@ func BenchmarkClaim_SimEgressPolicy(b *testing.B) {
 	b.ReportMetric(pct(with, 50), "50rules-p50-ms")
 	b.ReportMetric(pct(with, 99), "50rules-p99-ms")
 	b.ReportMetric(pct(with, 99)-pct(none, 99), "added-p99-ms")
+}
+
+// BenchmarkResume_SimEgressFirstAllowedConnection is issue 24's second
+// measure: from a resume's call to the first connection its policy allows
+// answering from inside the sandbox (sim, egress lane, a 2-rule policy),
+// for a pause with memory (the filter stays) and one without (a new boot:
+// the node applies the policy again). The figure includes one process
+// start through the agent, which polls the connection. go test ./node
+// -run x -bench Resume_SimEgress -benchtime 10x
+func BenchmarkResume_SimEgressFirstAllowedConnection(b *testing.B) {
+	net := testnet.Start(b, testnet.Host{Addr: "198.18.0.10", Names: []string{"allowed.test"}})
+	base := b.TempDir()
+	root := filepath.Join(base, "vms")
+	d, err := sim.New(sim.Options{Root: root, AgentCommand: []string{testagent.Path(b)}, UplinkNetns: net.UplinkPath})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { killMentioning(root) })
+	tn := runNode(b, Config{Name: "n1", DataDir: filepath.Join(base, "data"), RootToken: testRoot, Driver: d,
+		ReapInterval: time.Hour, RefillInterval: 50 * time.Millisecond})
+	if _, err := tn.root.PutPools(bg, []nodeapi.PoolSpec{{Template: "img", Net: "egress", Warm: 1}}); err != nil {
+		b.Fatal(err)
+	}
+	tn.waitWarm(b, "img", 1)
+	pol, _ := egress.FromE2B(egress.E2B{DenyOut: []string{egress.AllTraffic}, AllowOut: []string{"allowed.test"}})
+	sb, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", Net: "egress", Egress: pol, TTLSeconds: 3600})
+	if err != nil {
+		b.Fatal(err)
+	}
+	probe := "until printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 1 allowed.test 80 | grep -q 'hello from'; do :; done"
+	for _, mode := range []struct {
+		name   string
+		memory bool
+	}{{"with-memory", true}, {"without-memory", false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			var ds []time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				if err := tn.root.PauseWith(bg, sb.ID, nodeapi.PauseRequest{Memory: &mode.memory}); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				t0 := time.Now()
+				if err := tn.root.Resume(bg, sb.ID); err != nil {
+					b.Fatal(err)
+				}
+				g, err := tn.root.Get(bg, sb.ID)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if r := testagent.Run(b, g.AgentAddr, sb.Token, "root", probe); r.Exit != 0 {
+					b.Fatalf("probe: %v", r)
+				}
+				ds = append(ds, time.Since(t0))
+			}
+			slices.Sort(ds)
+			b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(ds[len(ds)-1].Microseconds())/1000, "max-ms")
+		})
+	}
 }
