@@ -12,6 +12,7 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -310,19 +311,17 @@ func DevClaims(ctx context.Context, cfg Config) error {
 	}
 	type made struct{ node, id string }
 	release := func(ms []made) {
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 8)
+		var g errgroup.Group
+		g.SetLimit(8)
 		for _, m := range ms {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
+			g.Go(func() error {
 				if addr, ok := d.Ready.Nodes[m.node]; ok {
 					_ = nodeapi.NewClient(addr, d.Ready.RootToken).Release(ctx, m.id)
 				}
-			}()
+				return nil
+			})
 		}
-		wg.Wait()
+		_ = g.Wait()
 	}
 	w, err := watchEtcd(ctx, d.Ready)
 	if err != nil {
