@@ -154,6 +154,10 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", errSnapshotEgress)
 		return
 	}
+	if len(req.EnvVars) > 0 && isSnapshotID(req.TemplateID) {
+		writeError(w, http.StatusBadRequest, "%v", errSnapshotEnv)
+		return
+	}
 	// The claim, checked against the claim rules before any node is asked
 	// (lease bounds, templates): every breach is e2b's 400. The key's
 	// namespace; labelled for e2b, which makes the node record the claim
@@ -204,7 +208,7 @@ func (g *gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &unknown):
 		writeError(w, http.StatusNotFound, "%v", unknown)
 		return
-	case errors.Is(err, errSnapshotEgress):
+	case errors.Is(err, errSnapshotEgress), errors.Is(err, errSnapshotEnv):
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	case err != nil:

@@ -195,3 +195,27 @@ func TestCreate_NetworkListsOnASnapshotByNameAreA400NotDropped(t *testing.T) {
 	// Without lists, the same create is a clone of it.
 	g.create(map[string]any{"templateID": "golden"})
 }
+
+// envVars on a create from a snapshot (by id or by name) are a 400, not
+// dropped: the clone resumes the snapshot's processes with their
+// environment and the node has none to give it.
+func TestCreate_EnvVarsOnASnapshotAreA400NotDropped(t *testing.T) {
+	g := startGateway(t)
+	s := g.create(map[string]any{"templateID": "rt"})
+	var snap struct {
+		SnapshotID string `json:"snapshotID"`
+	}
+	resp, b := g.call("POST", "/sandboxes/"+s.SandboxID+"/snapshots", map[string]any{"name": "golden"}, &snap)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, string(b))
+	for _, tmpl := range []string{"golden", snap.SnapshotID} {
+		if tmpl == "" {
+			continue
+		}
+		resp, b = g.call("POST", "/v2/sandboxes", map[string]any{"templateID": tmpl, "envVars": map[string]string{"A": "1"}}, nil)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", tmpl, b)
+		require.Contains(t, string(b), "envVars cannot be set on a create from a snapshot")
+	}
+	var list []listedJSON
+	g.call("GET", "/v2/sandboxes", nil, &list)
+	require.Len(t, list, 1, "no clone was claimed")
+}

@@ -86,6 +86,12 @@ func (g *gateway) claimSnapshot(ctx context.Context, id string, req nodeapi.Clai
 // policy half-applied.
 var errSnapshotEgress = errors.New("network.allowOut and network.denyOut cannot be set on a create from a snapshot: the sandbox keeps the snapshot's egress policy")
 
+// errSnapshotEnv refuses a create from a snapshot with envVars (a 400): a
+// clone resumes its snapshot's processes with their environment, and the
+// node has no env to give a snapshot claim — dropped silently, they would
+// be a claim half-applied.
+var errSnapshotEnv = errors.New("envVars cannot be set on a create from a snapshot: the sandbox resumes the snapshot's processes with their environment")
+
 // cloneSnapshot claims a clone of snap — e2b's like the snapshot
 // (nodeapi.Lifecycle.E2B, which the node gives the clone) — and records
 // req.Object's labels on it (a node records no object with a snapshot
@@ -94,6 +100,9 @@ var errSnapshotEgress = errors.New("network.allowOut and network.denyOut cannot 
 func (g *gateway) cloneSnapshot(ctx context.Context, snap nodeapi.Snapshot, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error) {
 	if req.Egress != nil {
 		return nodeapi.Sandbox{}, errSnapshotEgress
+	}
+	if len(req.Env) > 0 {
+		return nodeapi.Sandbox{}, errSnapshotEnv
 	}
 	s, err := g.fleet.ClaimSnapshot(ctx, snap, req)
 	if err != nil || len(req.Object.Labels) == 0 || s.Labels[sandbox.LabelE2B] == req.Object.Labels[sandbox.LabelE2B] {

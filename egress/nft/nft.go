@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
@@ -265,7 +266,7 @@ func (l line) destinations(c *nftables.Conn, t *nftables.Table, sets string) ([]
 	case l.domain >= 0:
 		var out [][]expr.Any
 		for _, fam := range []string{"v4", "v6"} {
-			s := &nftables.Set{Table: t, Name: domainSet(sets, l.domain, fam), KeyType: keyType(fam == "v4"), HasTimeout: true}
+			s := &nftables.Set{Table: t, ID: setID(), Name: domainSet(sets, l.domain, fam), KeyType: keyType(fam == "v4"), HasTimeout: true}
 			if err := c.AddSet(s, nil); err != nil {
 				return nil, err
 			}
@@ -290,7 +291,9 @@ func (l line) destinations(c *nftables.Conn, t *nftables.Table, sets string) ([]
 		case fam.all:
 			out = append(out, daddr(fam.v4)[:2]) // the family alone
 		case len(fam.ranges) > 0:
-			s := &nftables.Set{Table: t, Anonymous: true, Constant: true, Interval: true, KeyType: keyType(fam.v4)}
+			// "__set%d" is what the kernel names an anonymous set by; the
+			// id is ours (setID).
+			s := &nftables.Set{Table: t, ID: setID(), Name: "__set%d", Anonymous: true, Constant: true, Interval: true, KeyType: keyType(fam.v4)}
 			if err := c.AddSet(s, intervalElements(fam.ranges)); err != nil {
 				return nil, err
 			}
@@ -299,6 +302,14 @@ func (l line) destinations(c *nftables.Conn, t *nftables.Table, sets string) ([]
 	}
 	return out, nil
 }
+
+// setIDs numbers the sets this process adds. google/nftables allocates a
+// set's id from an unguarded package variable when it has none, a data
+// race between two filters (two VMs booting at once); giving every set an
+// id of our own skips that.
+var setIDs atomic.Uint32
+
+func setID() uint32 { return setIDs.Add(1) }
 
 func keyType(v4 bool) nftables.SetDatatype {
 	if v4 {
