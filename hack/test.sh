@@ -26,7 +26,7 @@ go vet ./...
 # capability test needs a binary without cgo, as the agent is (-race links
 # cgo).
 race=(./node/... ./fleet/... ./inventory/... ./apiserver/... ./pool/... ./e2b/... ./agent/...
-  ./devserver/... ./server/... ./vmm/sim ./fleetview/... ./sandboxclaim/... ./internal/serve/...)
+  ./devserver/... ./server/... ./vmm/sim ./fleetview/... ./sandboxclaim/... ./internal/serve/... ./egress/...)
 mapfile -t plain < <(comm -23 <(go list ./... | sort) <(go list "${race[@]}" | sort))
 stage "go test (${#plain[@]} packages)"
 go test -count=1 -timeout 20m "${plain[@]}"
