@@ -43,10 +43,23 @@ const (
 	claimSets  = "d"
 )
 
-// domainSet names the address set of family ("v4" or "v6") of the domain
-// run starting at rule i of the policy whose sets have prefix.
+// runSets names the set pair of the domain run starting at rule i of the
+// policy whose sets have prefix (SetsFor's names); domainSet names one
+// family's ("v4" or "v6") set of the pair.
+func runSets(prefix string, i int) string { return fmt.Sprintf("%s%d", prefix, i) }
+
 func domainSet(prefix string, i int, family string) string {
-	return fmt.Sprintf("%s%d_%s", prefix, i, family)
+	return runSets(prefix, i) + "_" + family
+}
+
+// domainRunEnd returns the end (exclusive) of the run of domain rules that
+// starts at rule i: those after it with its action and ports. compile
+// gives a run one set pair; SetsFor pins into it.
+func domainRunEnd(p *egress.Policy, i int) int {
+	j := i + 1
+	for ; j < len(p.Rules) && p.Rules[j].Domain != "" && sameRun(p.Rules[i], p.Rules[j]); j++ {
+	}
+	return j
 }
 
 // Prepare replaces Table in f's network namespace with the filter's skeleton, in one netlink transaction: a base
@@ -170,7 +183,6 @@ type line struct {
 	all4   bool             // the run holds 0.0.0.0/0
 	all6   bool             // the run holds ::/0
 	domain int              // a domain run: the index of its first rule (its sets' names); -1 otherwise
-	names  []string         // the run's domain rules
 }
 
 // compile turns p into lines: runs merge, order is kept, the meaning is
@@ -183,10 +195,7 @@ func compile(p *egress.Policy) ([]line, error) {
 		j := i + 1
 		switch {
 		case r.Domain != "":
-			l.domain, l.names = i, []string{r.Domain}
-			for ; j < len(p.Rules) && sameRun(r, p.Rules[j]) && p.Rules[j].Domain != ""; j++ {
-				l.names = append(l.names, p.Rules[j].Domain)
-			}
+			l.domain, j = i, domainRunEnd(p, i)
 		case r.CIDR != "" && len(r.Except) > 0:
 			pfx, err := egress.Prefix(r.CIDR)
 			if err != nil {
@@ -352,20 +361,19 @@ func domainRuns(p *egress.Policy, prefix, name string) []string {
 		return nil
 	}
 	var out []string
-	for i := 0; i < len(p.Rules); i++ {
-		r := p.Rules[i]
-		if r.Domain == "" {
+	for i := 0; i < len(p.Rules); {
+		if p.Rules[i].Domain == "" {
+			i++
 			continue
 		}
-		hit := false
-		j := i
-		for ; j < len(p.Rules) && p.Rules[j].Domain != "" && sameRun(r, p.Rules[j]); j++ {
-			hit = hit || egress.MatchesName(p.Rules[j].Domain, name)
+		j := domainRunEnd(p, i)
+		for _, r := range p.Rules[i:j] {
+			if egress.MatchesName(r.Domain, name) {
+				out = append(out, runSets(prefix, i))
+				break
+			}
 		}
-		if hit {
-			out = append(out, fmt.Sprintf("%s%d", prefix, i))
-		}
-		i = j - 1
+		i = j
 	}
 	return out
 }
