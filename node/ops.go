@@ -512,10 +512,15 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 }
 
 // enforceEgress makes r's VM enforce r.Egress through the driver (after a
-// claim, a clone, a restore). A VM of the lane "none" has no network to
-// filter; a driver that cannot enforce a policy on a networked VM fails
+// claim, a clone, a restore). Without a claim policy there is nothing to
+// add — the pool's is the driver's from the VM's boot — so a claim
+// without one makes no driver call. A VM of the lane "none" has no network
+// to filter; a driver that cannot enforce a policy on a networked VM fails
 // the operation (409): a policy is never silently dropped.
 func (n *Node) enforceEgress(ctx context.Context, r record) error {
+	if r.Egress == nil {
+		return nil
+	}
 	ee, ok := n.driver.(vmm.EgressEnforcer)
 	switch {
 	case ok:
@@ -523,7 +528,7 @@ func (n *Node) enforceEgress(ctx context.Context, r record) error {
 			return fmt.Errorf("enforcing the egress policy: %w", err)
 		}
 		return nil
-	case r.Egress == nil || r.Key.Net == sandboxkeys.NetNone:
+	case r.Key.Net == sandboxkeys.NetNone:
 		return nil
 	}
 	return errorf(http.StatusConflict, "node %s's backend (%s) cannot enforce an egress policy on the %s lane", n.cfg.Name, n.driver.Name(), r.Key.Net)
@@ -692,11 +697,10 @@ func (n *Node) setPools(ts []poolTarget) (nodeapi.Info, error) {
 			continue
 		}
 		if !samePolicy(p.egress, want[k].Egress) {
-			// Its warm VMs hold the old policy: replace them.
+			// Its warm VMs hold the old policy: replace them (the loop
+			// below sets the new one and publishes the pool's row).
 			stale = append(stale, p.warm...)
 			p.warm = nil
-			p.egress = want[k].Egress
-			n.tab.hub.setPool(p.row())
 		}
 	}
 	for k, t := range want {
