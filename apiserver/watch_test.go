@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -216,17 +217,23 @@ func TestInformer_WatchListSyncsAndFollows(t *testing.T) {
 		}
 		return false
 	}
+	// seen is a copy of the events, read under the handlers' lock.
+	seen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(events)
+	}
 	if !has("ADDED pre") {
-		t.Fatalf("after sync: %v", events)
+		t.Fatalf("after sync: %v", seen())
 	}
 	if _, err := sandboxes(s, "default").Create(ctx, sandboxObj("post", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	fleettest.Eventually(t, 10*time.Second, func() bool { return has("ADDED post") }, "informer never saw post: %v", events)
+	fleettest.Eventually(t, 10*time.Second, func() bool { return has("ADDED post") }, "informer never saw post: %v", seen())
 	if err := sandboxes(s, "default").Delete(ctx, "pre", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	fleettest.Eventually(t, 10*time.Second, func() bool { return has("DELETED pre") }, "informer never saw pre deleted: %v", events)
+	fleettest.Eventually(t, 10*time.Second, func() bool { return has("DELETED pre") }, "informer never saw pre deleted: %v", seen())
 }
 
 func TestOpenAPI_ServedWithFriendlyNamesAndManagedFields(t *testing.T) {
