@@ -105,13 +105,30 @@ func start(t *testing.T, p *egress.Policy, up *upstream) (string, *pins, *Resolv
 	t.Helper()
 	pn := &pins{got: map[string][]netip.Addr{}, ttl: map[string]time.Duration{}}
 	r := New(Config{Policy: p, Upstream: []string{up.addr}, Sets: sets, Pin: pn.pin, Timeout: 5 * time.Second})
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	require.NoError(t, err)
+	pc, ln := listenBoth(t)
 	r.Serve(pc, ln)
 	t.Cleanup(r.Close)
 	return pc.LocalAddr().String(), pn, r
+}
+
+// listenBoth binds UDP and TCP on one loopback port, as a resolver serves
+// both; the kernel picks the UDP port, which another test's TCP socket may
+// hold, so it tries a few.
+func listenBoth(t *testing.T) (net.PacketConn, net.Listener) {
+	t.Helper()
+	var err error
+	for range 20 {
+		var pc net.PacketConn
+		pc, err = net.ListenPacket("udp", "127.0.0.1:0")
+		require.NoError(t, err)
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			return pc, ln
+		}
+		pc.Close()
+	}
+	require.NoError(t, err)
+	return nil, nil
 }
 
 func ask(t *testing.T, addr, network, name string, qtype uint16) *dns.Msg {

@@ -117,6 +117,10 @@ func TestDial_DialledAndAcceptedConnectionsShareTheBudget(t *testing.T) {
 	if _, err := healthz(srv, 2*time.Second); err != nil {
 		t.Fatalf("a fresh client at a full budget: %v", err)
 	}
+	// The fresh client's connection closes on the server after healthz
+	// returns; until then the budget still counts it, and a newcomer would
+	// take a pending connection's place instead of the freed one.
+	await(t, "the fresh client's place to be given back", func() bool { return b.Stats().Open == 9 })
 	openHalf(t, srv, 1) // the fresh client's place, taken again
 	await(t, "the budget to be full again", func() bool { return b.Stats().Open == 10 })
 	evicted := b.Stats().Evicted
