@@ -17,4 +17,12 @@
 // else ICMP administratively prohibited): a denied call fails, it does not
 // hang. TestApply_KernelAgreesWithDecide loads each policy into a real
 // namespace and checks the kernel's verdict on every probe against egress.Policy.Decide.
+//
+// An owner filter (OpenOwner) is the same filter for a VM whose network is
+// a host process of its own uid (qemu's passt) in a namespace it shares:
+// its table, OwnerTable(uid), lets every packet not sent by a socket of
+// that uid pass and holds that uid's to the policies as above (loopback
+// included in what passes: the host's own addresses are the caller's to
+// guard); it outlives the process and Delete removes it.
+// TestOpenOwner_FiltersOnlyItsUid probes as two uids and as root.
 package nft

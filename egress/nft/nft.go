@@ -20,6 +20,10 @@ import (
 // in, one per sandbox network namespace (or per VM path).
 const Table = "hearth_egress"
 
+// OwnerTable is the table of the filter OpenOwner opens for uid: one per
+// uid in the namespace they share (the host's), Table's name and the uid.
+func OwnerTable(uid uint32) string { return fmt.Sprintf("%s_u%d", Table, uid) }
+
 // Options places the filter.
 type Options struct {
 	// Hook is the base chain's hook: "output" (the default) where the
@@ -62,8 +66,11 @@ func domainRunEnd(p *egress.Policy, i int) int {
 	return j
 }
 
-// Prepare replaces Table in f's network namespace with the filter's skeleton, in one netlink transaction: a base
-// chain on o.Hook that accepts loopback and DNS to o.Resolver, then jumps
+// Prepare replaces f's table (Table, or an owner filter's OwnerTable) in
+// its network namespace with the filter's skeleton, in one netlink
+// transaction: a base chain on o.Hook that accepts — for an owner filter
+// first every packet not sent by a socket of its uid — loopback and DNS
+// to o.Resolver, then jumps
 // to the pool chain (o.Pool: its allows return, its denies reject) and to
 // the (empty) rules chain of the claim's policy, and a deny chain that
 // rejects at once (a TCP reset, else ICMP administratively prohibited), so
@@ -75,8 +82,8 @@ func (f *Filter) Prepare(o Options) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.c
-	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
-	if _, err := c.ListTableOfFamily(Table, nftables.TableFamilyINet); err == nil {
+	t := &nftables.Table{Name: f.table, Family: nftables.TableFamilyINet}
+	if _, err := c.ListTableOfFamily(f.table, nftables.TableFamilyINet); err == nil {
 		c.DelTable(t)
 	}
 	t = c.AddTable(t)
@@ -97,6 +104,11 @@ func (f *Filter) Prepare(o Options) error {
 	accept := nftables.ChainPolicyAccept
 	ch := c.AddChain(&nftables.Chain{Name: "egress", Table: t, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	add := func(exprs ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs}) }
+	if f.owner >= 0 {
+		uid := make([]byte, 4)
+		binary.NativeEndian.PutUint32(uid, uint32(f.owner))
+		add(&expr.Meta{Key: expr.MetaKeySKUID, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: uid}, verdict(egress.Allow))
+	}
 	if hook == nftables.ChainHookOutput {
 		add(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")}, verdict(egress.Allow))
 	}
@@ -158,7 +170,7 @@ func (f *Filter) Apply(p *egress.Policy) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.c
-	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
+	t := &nftables.Table{Name: f.table, Family: nftables.TableFamilyINet}
 	if err := fill(c, t, &nftables.Chain{Name: rulesChain, Table: t}, p, claimSets, false); err != nil {
 		return err
 	}
@@ -389,7 +401,7 @@ func (f *Filter) Pin(set string, addrs []netip.Addr, ttl time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.c
-	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
+	t := &nftables.Table{Name: f.table, Family: nftables.TableFamilyINet}
 	var v4, v6 []nftables.SetElement
 	for _, a := range addrs {
 		a = a.Unmap()
@@ -422,8 +434,10 @@ func (f *Filter) Pin(set string, addrs []netip.Addr, ttl time.Duration) error {
 // pays no socket set-up), its operations serialized (a connection's
 // batch is its own).
 type Filter struct {
-	mu sync.Mutex
-	c  *nftables.Conn
+	mu    sync.Mutex
+	c     *nftables.Conn
+	table string
+	owner int64 // the uid whose packets an owner filter sees; -1: every packet
 }
 
 // Open opens the filter of the network namespace behind nsfd (-1: the
@@ -437,7 +451,37 @@ func Open(nsfd int) (*Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: netlink: %w", err)
 	}
-	return &Filter{c: c}, nil
+	return &Filter{c: c, table: Table, owner: -1}, nil
+}
+
+// OpenOwner opens the owner filter of uid in the network namespace behind
+// nsfd (-1: the caller's): its table, OwnerTable(uid), filters only the
+// packets that sockets of uid send (meta skuid) — a VM whose network is a
+// host process running as its own uid (qemu's passt) shares the host's
+// namespace with everything else. Hook "output" (its packets are locally
+// generated). Its table outlives the process: Delete removes it.
+func OpenOwner(nsfd int, uid uint32) (*Filter, error) {
+	f, err := Open(nsfd)
+	if err != nil {
+		return nil, err
+	}
+	f.table, f.owner = OwnerTable(uid), int64(uid)
+	return f, nil
+}
+
+// Delete removes f's table, if there is one (an owner filter's, as its VM
+// ends).
+func (f *Filter) Delete() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.c.ListTableOfFamily(f.table, nftables.TableFamilyINet); err != nil {
+		return nil
+	}
+	f.c.DelTable(&nftables.Table{Name: f.table, Family: nftables.TableFamilyINet})
+	if err := f.c.Flush(); err != nil {
+		return fmt.Errorf("egress: deleting table %s: %w", f.table, err)
+	}
+	return nil
 }
 
 // Close releases the netlink connection.

@@ -258,3 +258,118 @@ var poolDomains = &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{
 	{Action: egress.Deny, Domain: "*.wild.test"},
 	{Action: egress.Deny, CIDR: "10.0.0.0/8"},
 }}
+
+// ownerProbeEnv asks the test binary, run again as a child, to probe one
+// TCP address from a network namespace as a uid (TestOwnerProbeHelper).
+const ownerProbeEnv = "HEARTH_NFT_OWNER_PROBE"
+
+// TestOwnerProbeHelper is not a test: run as the child of
+// TestOpenOwner_FiltersOnlyItsUid, it enters the namespace, becomes the
+// uid (every thread: Go's Setuid) and prints "allow" or "deny" for a TCP
+// connect.
+func TestOwnerProbeHelper(t *testing.T) {
+	arg := os.Getenv(ownerProbeEnv)
+	if arg == "" {
+		t.Skip("a helper of TestOpenOwner_FiltersOnlyItsUid")
+	}
+	var ns, addr string
+	var uid int
+	if _, err := fmt.Sscan(arg, &ns, &uid, &addr); err != nil {
+		t.Fatal(err)
+	}
+	runtime.LockOSThread()
+	fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setuid(uid); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		fmt.Println("verdict=deny")
+	case err != nil:
+		t.Fatal(err)
+	default:
+		c.Close()
+		fmt.Println("verdict=allow")
+	}
+}
+
+// TestOpenOwner_FiltersOnlyItsUid: owner filters of two uids in one
+// namespace (qemu's host-side filters, one per VM's passt) each hold only
+// the packets their uid's sockets send — a policy that denies all but one
+// address denies the others to its uid alone; the other uid has its own
+// policy; a third uid (root, this test) is not filtered; Delete lifts it.
+func TestOpenOwner_FiltersOnlyItsUid(t *testing.T) {
+	n := startTestNet(t)
+	nsfd, err := unix.Open("/run/netns/"+n.sbx, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(nsfd)
+	const a, b = 64990, 64991
+	only := func(addr string) *egress.Policy {
+		return &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{{Action: egress.Allow, CIDR: addr}}}
+	}
+	for uid, p := range map[uint32]*egress.Policy{a: only("203.0.113.7"), b: only("203.0.113.8")} {
+		f, err := OpenOwner(nsfd, uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		if err := f.Prepare(Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probeAs := func(uid int, addr string) egress.Action {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestOwnerProbeHelper$", "-test.v")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %s", ownerProbeEnv, n.sbx, uid, addr))
+		out, err := cmd.CombinedOutput()
+		switch {
+		case strings.Contains(string(out), "verdict=allow"):
+			return egress.Allow
+		case strings.Contains(string(out), "verdict=deny"):
+			return egress.Deny
+		}
+		t.Fatalf("probe as %d of %s: %v\n%s", uid, addr, err, out)
+		return ""
+	}
+	for _, c := range []struct {
+		uid  int
+		addr string
+		want egress.Action
+	}{
+		{a, "203.0.113.7:80", egress.Allow},
+		{a, "203.0.113.8:80", egress.Deny},
+		{a, "[2001:db8::5]:80", egress.Deny},
+		{b, "203.0.113.8:80", egress.Allow},
+		{b, "203.0.113.7:443", egress.Deny},
+	} {
+		if got := probeAs(c.uid, c.addr); got != c.want {
+			t.Errorf("uid %d to %s: %s, want %s", c.uid, c.addr, got, c.want)
+		}
+	}
+	if got := n.probe(t, egress.TCP, "203.0.113.200", 80); got != egress.Allow {
+		t.Errorf("root to 203.0.113.200: %s, want allow (no owner filter of its uid)", got)
+	}
+	f, err := OpenOwner(nsfd, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if got := probeAs(a, "203.0.113.8:80"); got != egress.Allow {
+		t.Errorf("uid %d after Delete: %s, want allow", a, got)
+	}
+}
