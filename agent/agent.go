@@ -49,6 +49,13 @@
 // file system; under the sim backend it is the sandbox's own root (an
 // overlay of the template, see vmm/sim), never the host's.
 //
+// The agent keeps the sandbox log (log.go): a record in its memory,
+// bounded to agentapi.MaxLogBytes (newest kept, lines cut at
+// agentapi.MaxLogLine), of the processes started through the API (command
+// line, exit status), each line they write to stdout and stderr (not a
+// terminal's output) and its own errors — never a process's environment.
+// GET agentapi.LogsPath serves it to the node.
+//
 // The agent owns the processes it starts (killed when Run returns) and
 // nothing on the host side.
 package agent
@@ -128,6 +135,8 @@ type agent struct {
 	watchers watcherSet
 	// interp serves the code interpreter (agentapi.InterpreterPort).
 	interp *interpreter
+	// log is the sandbox log (log.go).
+	log *logRing
 }
 
 // NewHandler returns the agent's HTTP handler. Processes it starts live
@@ -139,7 +148,7 @@ func newAgent(o Options) *agent {
 		o.Root, _ = os.Getwd()
 	}
 	o.Root, _ = filepath.Abs(o.Root)
-	a := &agent{o: o, mux: http.NewServeMux(), initEnv: map[string]string{}, procs: map[int]*process{}}
+	a := &agent{o: o, mux: http.NewServeMux(), initEnv: map[string]string{}, procs: map[int]*process{}, log: newLogRing(agentapi.MaxLogBytes)}
 	a.interp = newInterpreter(a)
 	a.writeRunFile(".E2B_SANDBOX", "true")
 	m := a.mux
@@ -148,6 +157,7 @@ func newAgent(o Options) *agent {
 	})
 	m.HandleFunc("POST "+agentapi.InitPath, a.handleInit)
 	m.HandleFunc("POST "+agentapi.IdentityPath, a.handleIdentity)
+	m.HandleFunc("GET "+agentapi.LogsPath, a.handleLogs)
 	m.HandleFunc("GET /files", a.handleGetFile)
 	m.HandleFunc("POST /files", a.handlePostFile)
 	m.HandleFunc("POST /process.Process/Start", a.handleStart)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hearthvm/hearth/agentapi"
 )
 
 // process.Process service: Start, Connect (server streams), List,
@@ -137,6 +139,10 @@ type process struct {
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
 	end  *endEvent
+
+	// stdoutLog and stderrLog record its output in the sandbox log (nil
+	// for a pty process, whose output is not recorded).
+	stdoutLog, stderrLog *logLines
 }
 
 type subscriber struct {
@@ -190,8 +196,13 @@ func (w outputWriter) Write(b []byte) (int, error) {
 	<-w.p.started
 	c := append([]byte(nil), b...)
 	d := &dataEvent{Stdout: c}
+	lines := w.p.stdoutLog
 	if w.stderr {
 		d = &dataEvent{Stderr: c}
+		lines = w.p.stderrLog
+	}
+	if lines != nil {
+		lines.write(b)
 	}
 	w.p.publish(processEvent{Data: d})
 	return len(b), nil
@@ -305,11 +316,19 @@ func (a *agent) startProcess(req startRequest, acct *account) (*process, *subscr
 			p.pty.Close()
 			slave.Close()
 		}
-		return nil, nil, errorf(codeInvalidArgument, "starting %q: %v", cfg.Cmd, err)
+		rerr := errorf(codeInvalidArgument, "starting %q: %v", cfg.Cmd, err)
+		a.log.add(agentapi.LogError, 0, rerr.Message, false)
+		return nil, nil, rerr
 	}
 	p.pid = cmd.Process.Pid
 	a.procs[p.pid] = p
 	a.mu.Unlock()
+	// Recorded: the command line, never the environment (log.go).
+	a.log.add(agentapi.LogStart, p.pid, commandLine(cfg.Cmd, cfg.Args), false)
+	if p.pty == nil {
+		p.stdoutLog = &logLines{log: a.log, event: agentapi.LogStdout, pid: p.pid}
+		p.stderrLog = &logLines{log: a.log, event: agentapi.LogStderr, pid: p.pid}
+	}
 	if p.pty != nil {
 		slave.Close() // the process holds its own copies
 		go p.pumpPTY(p.ptyDone)
@@ -353,6 +372,18 @@ func (a *agent) wait(p *process) {
 	a.mu.Lock()
 	delete(a.procs, p.pid)
 	a.mu.Unlock()
+	if p.stdoutLog != nil {
+		p.stdoutLog.flush()
+		p.stderrLog.flush()
+	}
+	status := ev.Status
+	if status == "" {
+		status = fmt.Sprintf("exit code %d", ev.ExitCode)
+	}
+	a.log.add(agentapi.LogExit, p.pid, status, false)
+	if ev.Error != "" && !errors.As(err, &exitErr) {
+		a.log.add(agentapi.LogError, p.pid, "waiting for the process: "+ev.Error, false)
+	}
 	p.publish(processEvent{End: ev})
 }
 
@@ -446,6 +477,7 @@ func (a *agent) serveEvents(ctx context.Context, r *http.Request, st *stream, p 
 			}
 			if killOnDeadline {
 				_ = p.signal(syscall.SIGKILL)
+				a.log.add(agentapi.LogError, p.pid, "killed: its Connect-Timeout-Ms deadline ("+r.Header.Get("Connect-Timeout-Ms")+" ms) passed", false)
 			}
 			_ = st.end(errorf(codeDeadlineExceeded, "deadline exceeded after Connect-Timeout-Ms=%s", r.Header.Get("Connect-Timeout-Ms")))
 			return

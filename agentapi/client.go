@@ -88,3 +88,23 @@ func (c *Client) do(ctx context.Context, method, path string, in any) error {
 	}
 	return err
 }
+
+// Logs asks GET LogsPath for the entries q selects. An agent without the
+// route answers 404 (an *HTTPError).
+func (c *Client) Logs(ctx context.Context, q LogsQuery) (Logs, error) {
+	hc := c.HTTP
+	if hc == nil {
+		hc = DefaultHTTPClient
+	}
+	var out Logs
+	path := LogsPath
+	if v := q.Values(); len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	err := httpjson.Call{Method: http.MethodGet, URL: "http://" + c.Addr + path, Header: AccessTokenHeader, Value: c.Token, Out: &out, ErrLimit: maxMessage}.Do(ctx, hc)
+	var he *httpjson.Error
+	if errors.As(err, &he) {
+		return Logs{}, &HTTPError{Path: LogsPath, Status: he.Status, Message: strings.TrimSpace(string(he.Body))}
+	}
+	return out, err
+}

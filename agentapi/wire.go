@@ -1,5 +1,14 @@
 package agentapi
 
+import (
+	"fmt"
+	"math"
+	"net/url"
+	"sort"
+	"strconv"
+	"time"
+)
+
 // Port is the guest port the agent serves on (TCP, or vsock for the
 // Firecracker and Cloud Hypervisor guests): envd's port in e2b
 // addressing.
@@ -92,4 +101,136 @@ type InitRequest struct {
 // token (non-empty).
 type IdentityRequest struct {
 	Token string `json:"token"`
+}
+
+// LogsPath is GET: the agent's sandbox log (Logs), oldest entry first —
+// for the node alone (under InternalPathPrefix), which serves it to both
+// API surfaces (docs/API.md#sandbox-logs). Query (LogsQuery): since=<unix
+// milliseconds> keeps the entries at or after it, tail=<n> the newest n of
+// those, limit=<n> the first n of what remains; a value that is not a
+// non-negative integer is a 400.
+const LogsPath = InternalPathPrefix + "logs"
+
+// The events a log entry records (LogEntry.Event).
+const (
+	// LogStart: a process started through the API; Message is its
+	// command line (never its environment).
+	LogStart = "start"
+	// LogExit: such a process ended; Message is its status ("exit status
+	// 1", "signal: killed").
+	LogExit = "exit"
+	// LogStdout and LogStderr: one line the process wrote (without its
+	// newline); a terminal's output (a pty process) is not recorded.
+	LogStdout = "stdout"
+	LogStderr = "stderr"
+	// LogError: an error of the agent's own (a process that could not
+	// start, a deadline that killed one).
+	LogError = "error"
+)
+
+// The levels of log entries (LogEntry.Level), e2b's words.
+const (
+	LogLevelInfo  = "info"
+	LogLevelError = "error"
+)
+
+// MaxLogLine is the longest message a log entry keeps, in bytes: a longer
+// line is cut there (LogEntry.Truncated).
+const MaxLogLine = 4 << 10
+
+// MaxLogBytes bounds an agent's log: entries' messages plus
+// LogEntryOverhead each. The oldest entries go first (Logs.Dropped
+// counts them).
+const MaxLogBytes = 1 << 20
+
+// LogEntryOverhead is what one entry counts toward MaxLogBytes besides
+// its message.
+const LogEntryOverhead = 64
+
+// LogEntry is one entry of a sandbox's log.
+type LogEntry struct {
+	Time time.Time `json:"time"`
+	// Level is LogLevelError for LogError entries, else LogLevelInfo.
+	Level string `json:"level"`
+	// Event is LogStart, LogExit, LogStdout, LogStderr or LogError.
+	Event string `json:"event"`
+	// Pid is the process's, for process events.
+	Pid int `json:"pid,omitempty"`
+	// Message is at most MaxLogLine bytes.
+	Message string `json:"message"`
+	// Truncated marks a line cut at MaxLogLine.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Logs is the body of GET LogsPath.
+type Logs struct {
+	// Entries are oldest first.
+	Entries []LogEntry `json:"entries"`
+	// Dropped counts the entries the bound (MaxLogBytes) has dropped
+	// since the agent started.
+	Dropped int64 `json:"dropped,omitempty"`
+}
+
+// LogsQuery selects entries of a log (LogsPath's query).
+type LogsQuery struct {
+	// Since keeps the entries at or after it (zero: all).
+	Since time.Time
+	// Tail keeps the newest Tail of those (0: all).
+	Tail int
+	// Limit keeps the first Limit of what remains (0: all).
+	Limit int
+}
+
+// Values is q as LogsPath's query.
+func (q LogsQuery) Values() url.Values {
+	v := url.Values{}
+	if !q.Since.IsZero() {
+		v.Set("since", strconv.FormatInt(q.Since.UnixMilli(), 10))
+	}
+	if q.Tail > 0 {
+		v.Set("tail", strconv.Itoa(q.Tail))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	return v
+}
+
+// ParseLogsQuery reads LogsPath's query; an error names the bad parameter.
+func ParseLogsQuery(v url.Values) (LogsQuery, error) {
+	var q LogsQuery
+	for _, p := range []struct {
+		name string
+		set  func(int64)
+	}{
+		{"since", func(n int64) { q.Since = time.UnixMilli(n) }},
+		{"tail", func(n int64) { q.Tail = int(min(n, math.MaxInt32)) }},
+		{"limit", func(n int64) { q.Limit = int(min(n, math.MaxInt32)) }},
+	} {
+		s := v.Get(p.name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return LogsQuery{}, fmt.Errorf("%s must be a non-negative integer, got %q", p.name, s)
+		}
+		p.set(n)
+	}
+	return q, nil
+}
+
+// Select returns the entries of l that q keeps (l is oldest first).
+func (q LogsQuery) Select(l []LogEntry) []LogEntry {
+	if !q.Since.IsZero() {
+		i := sort.Search(len(l), func(i int) bool { return !l[i].Time.Before(q.Since) })
+		l = l[i:]
+	}
+	if q.Tail > 0 && len(l) > q.Tail {
+		l = l[len(l)-q.Tail:]
+	}
+	if q.Limit > 0 && len(l) > q.Limit {
+		l = l[:q.Limit]
+	}
+	return l
 }
