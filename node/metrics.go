@@ -28,6 +28,8 @@ type metrics struct {
 	// caller's traffic costs the node (the attack suite counts node calls
 	// with it).
 	requests *prometheus.CounterVec
+	// quotaRefusals counts the 429s of Quota, by bound (quotarefusals.go).
+	quotaRefusals *prometheus.CounterVec
 }
 
 var (
@@ -71,6 +73,7 @@ func newMetrics(n *Node) *metrics {
 		Buckets: prometheus.ExponentialBuckets(1e-4, 2, 14)})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hearth_node_http_requests_total",
 		Help: "Requests the node's API answered, by route pattern and status code."}, []string{"route", "code"})
+	m.quotaRefusals = newQuotaRefusals()
 	for _, l := range []string{"ok", "failed"} {
 		m.restores.WithLabelValues(l)
 	}
@@ -78,7 +81,7 @@ func newMetrics(n *Node) *metrics {
 		m.claims.WithLabelValues(l)
 	}
 	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures, m.warmEvictions, m.probeErrors, m.restores, m.requests,
-		m.watchDrift, m.watchCheckSeconds,
+		m.watchDrift, m.watchCheckSeconds, m.quotaRefusals,
 		tableCollector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

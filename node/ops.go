@@ -559,7 +559,7 @@ func (n *Node) snapshot(ctx context.Context, id, name string, kept bool) (nodeap
 		used := n.snapshotBytes()
 		n.mu.Unlock()
 		if err := n.cfg.Quota.checkSnapshotBytes(used, 1); err != nil {
-			return err
+			return n.counted(err)
 		}
 		// The driver stops copying past the budget left (a concurrent
 		// snapshot may use the same budget: the check below settles it).
@@ -567,7 +567,7 @@ func (n *Node) snapshot(ctx context.Context, id, name string, kept bool) (nodeap
 		if err := n.driver.Snapshot(bounded, src.Handle, sr.Dir); err != nil {
 			_ = os.RemoveAll(sr.Dir)
 			if errors.Is(err, vmm.ErrSnapshotTooLarge) {
-				return n.cfg.Quota.snapshotTooLarge(used)
+				return n.counted(n.cfg.Quota.snapshotTooLarge(used))
 			}
 			return err
 		}
@@ -586,7 +586,7 @@ func (n *Node) snapshot(ctx context.Context, id, name string, kept bool) (nodeap
 		n.mu.Unlock()
 		if err != nil {
 			_ = os.RemoveAll(sr.Dir)
-			return err
+			return n.counted(err)
 		}
 		if err := n.store.putSnapshot(sr); err != nil {
 			n.mu.Lock()

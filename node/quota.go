@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"path/filepath"
 	"syscall"
 )
@@ -14,7 +13,8 @@ import (
 // tree is a claimed (or snapshot-started) sandbox and every fork below it;
 // a fork child's depth is its parent's plus one. Non-pool VMs are fork
 // children and snapshot-started sandboxes. A request over a bound fails
-// with 429 and says which bound; nothing is created.
+// with 429 and says which bound; nothing is created. Each refusal counts
+// in hearth_node_quota_refusals_total{limit}.
 type Quota struct {
 	// MaxForkDepth is the deepest fork generation below a tree's root.
 	MaxForkDepth int
@@ -82,9 +82,9 @@ func (q Quota) checkFork(parent lineage, count, children, extra int) (lineage, e
 	child := lineage{tree: parent.tree, depth: parent.depth + 1}
 	switch {
 	case child.depth > q.MaxForkDepth:
-		return child, errorf(http.StatusTooManyRequests, "fork depth %d exceeds this node's limit of %d (--max-fork-depth)", child.depth, q.MaxForkDepth)
+		return child, refuse(limitForkDepth, "fork depth %d exceeds this node's limit of %d (--max-fork-depth)", child.depth, q.MaxForkDepth)
 	case children+count > q.MaxTreeChildren:
-		return child, errorf(http.StatusTooManyRequests, "forking %d would make %d children in this sandbox tree; this node's limit is %d (--max-fork-children)", count, children+count, q.MaxTreeChildren)
+		return child, refuse(limitForkChildren, "forking %d would make %d children in this sandbox tree; this node's limit is %d (--max-fork-children)", count, children+count, q.MaxTreeChildren)
 	}
 	return child, q.checkExtra(count, extra)
 }
@@ -92,7 +92,7 @@ func (q Quota) checkFork(parent lineage, count, children, extra int) (lineage, e
 // checkExtra is the node-wide bound on non-pool VMs.
 func (q Quota) checkExtra(count, extra int) error {
 	if extra+count > q.MaxNodeExtraVMs {
-		return errorf(http.StatusTooManyRequests, "%d more non-pool VMs would make %d on this node; its limit is %d (--max-extra-vms)", count, extra+count, q.MaxNodeExtraVMs)
+		return refuse(limitExtraVMs, "%d more non-pool VMs would make %d on this node; its limit is %d (--max-extra-vms)", count, extra+count, q.MaxNodeExtraVMs)
 	}
 	return nil
 }
@@ -101,7 +101,7 @@ func (q Quota) checkExtra(count, extra int) error {
 // the bytes of the snapshots kept, adding those of a new one.
 func (q Quota) checkSnapshotBytes(used, adding int64) error {
 	if used+adding > q.MaxSnapshotBytes {
-		return errorf(http.StatusTooManyRequests, "snapshots would take %d bytes on this node; its limit is %d (--max-snapshot-bytes)", used+adding, q.MaxSnapshotBytes)
+		return refuse(limitSnapshotBytes, "snapshots would take %d bytes on this node; its limit is %d (--max-snapshot-bytes)", used+adding, q.MaxSnapshotBytes)
 	}
 	return nil
 }
@@ -131,7 +131,7 @@ func (n *Node) reserveFork(parent record, count int) (lineage, func(), error) {
 	children, extra := n.usage(pl.tree)
 	child, err := n.cfg.Quota.checkFork(pl, count, children, extra)
 	if err != nil {
-		return child, nil, err
+		return child, nil, n.counted(err)
 	}
 	n.quotaUse.extra += count
 	n.quotaUse.tree[pl.tree] += count
@@ -151,7 +151,7 @@ func (n *Node) reserveExtra(count int) (func(), error) {
 	defer n.mu.Unlock()
 	_, extra := n.usage("")
 	if err := n.cfg.Quota.checkExtra(count, extra); err != nil {
-		return nil, err
+		return nil, n.counted(err)
 	}
 	n.quotaUse.extra += count
 	return func() {
@@ -174,7 +174,7 @@ func (n *Node) snapshotBytes() int64 {
 // because it would pass the bound (used are the bytes of the snapshots
 // kept).
 func (q Quota) snapshotTooLarge(used int64) error {
-	return errorf(http.StatusTooManyRequests, "the snapshot would take more than the %d bytes left of this node's limit of %d bytes of snapshots (--max-snapshot-bytes); it was stopped and removed", max(q.MaxSnapshotBytes-used, 0), q.MaxSnapshotBytes)
+	return refuse(limitSnapshotBytes, "the snapshot would take more than the %d bytes left of this node's limit of %d bytes of snapshots (--max-snapshot-bytes); it was stopped and removed", max(q.MaxSnapshotBytes-used, 0), q.MaxSnapshotBytes)
 }
 
 // dirBytes is what the files under dir take on the host's disk: allocated
