@@ -59,7 +59,14 @@ func (n *Node) pauseAtTimeout(ctx context.Context, id string) bool {
 		if err != nil {
 			return err
 		}
-		if _, err := n.update(sb, func(r *record) { r.Handle, r.Paused, r.Stopped = h, true, life.PauseWithoutMemory }); err != nil {
+		ev := n.event(nodeapi.EventNormal, nodeapi.ReasonLeaseExpired, "lease expired; paused (on_timeout pause)")
+		if life.PauseWithoutMemory {
+			ev.Message = "lease expired; paused without memory (on_timeout pause)"
+		}
+		if _, err := n.update(sb, func(r *record) {
+			r.Handle, r.Paused, r.Stopped = h, true, life.PauseWithoutMemory
+			r.record(ev)
+		}); err != nil {
 			return err
 		}
 		return nil

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hearthvm/hearth/agentapi"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/vmm"
 )
 
@@ -524,6 +525,7 @@ func (n *Node) restoreClaimed(ctx context.Context, p claimProbe) bool {
 			return false // shutting down: the next start restores it
 		}
 		n.metrics.restores.WithLabelValues("failed").Inc()
+		n.note(sb, n.event(nodeapi.EventWarning, nodeapi.ReasonRestoreFailed, "its agent died ("+why+"); restoring it failed, retrying"))
 		n.log.Error(err, "Cannot restore a claimed sandbox whose agent died; keeping it for a later sweep",
 			"id", p.ID, "vm", p.Handle.ID, "reason", why)
 		return false
@@ -535,7 +537,8 @@ func (n *Node) restoreClaimed(ctx context.Context, p claimProbe) bool {
 		n.log.Info("Claimed sandbox changed during its restore; leaving it", "id", p.ID, "vm", p.Handle.ID)
 		return true
 	}
-	rec := n.tab.update(sb, func(r *record) { r.Handle = h })
+	ev := n.event(nodeapi.EventWarning, nodeapi.ReasonRestored, "its agent died ("+why+"); restored from its files")
+	rec := n.tab.update(sb, func(r *record) { r.Handle = h; r.record(ev) })
 	n.mu.Unlock()
 	if err := n.store.putSandboxes(rec); err != nil {
 		n.log.Error(err, "Cannot persist a restored sandbox", "id", p.ID)

@@ -73,7 +73,7 @@ func bearer(r *http.Request) (string, bool) {
 // root is authenticated; serve it with serve.NewServer and serve.Listen for
 // the header and idle timeouts and the process's connection budget.
 func (n *Node) Handler() http.Handler {
-	return serve.Deadlines(countRequests(n.mux(), n.metrics.requests), n.cfg.Timeouts, nil)
+	return n.traced(serve.Deadlines(countRequests(n.mux(), n.metrics.requests), n.cfg.Timeouts, nil))
 }
 
 // countRequests counts each request h answers in c, by the route pattern

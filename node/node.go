@@ -12,10 +12,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/internal/serve"
+	"github.com/hearthvm/hearth/internal/tracing"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
@@ -77,6 +80,11 @@ type Config struct {
 	// StoreNoSync skips the fsync of the claim store's commits (development
 	// and benchmarks only): a power loss may then lose acknowledged claims.
 	StoreNoSync bool
+	// TracerProvider, when set, traces the node (trace.go): a server span
+	// per API request, continuing the fleet's trace, a span per driver
+	// call and a client span per agent call of the claim path. Nil: off,
+	// at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Node is one node daemon. Create it with New, serve Handler, call Run for
@@ -116,6 +124,9 @@ type Node struct {
 	// probeTimeout bounds one health probe (warmProbeTimeout; tests
 	// shorten it).
 	probeTimeout time.Duration
+	// agentHTTP is the claim path's client for agents: agentapi's, traced
+	// when Config.TracerProvider is set.
+	agentHTTP *http.Client
 }
 
 type dirs struct {
@@ -213,6 +224,7 @@ func New(cfg Config) (*Node, error) {
 
 		probeClient:  newProbeClient(),
 		probeTimeout: warmProbeTimeout,
+		agentHTTP:    tracing.Client(agentapi.DefaultHTTPClient, cfg.TracerProvider, "agent"),
 	}
 	// Every change of the table is published on the change stream.
 	n.tab.hub, n.tab.node, n.tab.addr = n.hub, cfg.Name, cfg.AdvertiseAddress

@@ -147,7 +147,7 @@ func errRefHeld(ref, id string) error {
 func (n *Node) initAgent(ctx context.Context, h vmm.Handle, env map[string]string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err := (&agentapi.Client{Addr: h.Addr, Token: h.Token}).Init(ctx, env)
+	err := (&agentapi.Client{Addr: h.Addr, Token: h.Token, HTTP: n.agentHTTP}).Init(ctx, env)
 	if agentapi.StatusOf(err) == http.StatusNotFound {
 		n.log.V(2).Info("Agent has no /init; env not applied", "vm", h.ID)
 		return nil
@@ -233,13 +233,13 @@ func (n *Node) pause(ctx context.Context, id string, pause, keepMemory bool) err
 		var err error
 		switch {
 		case pause && keepMemory:
-			h, err = n.driver.Pause(ctx, h)
+			err = n.driverCall(ctx, "Pause", h, func(ctx context.Context) (err error) { h, err = n.driver.Pause(ctx, h); return err })
 		case pause:
-			h, err = n.stopWithoutMemory(ctx, h)
+			err = n.driverCall(ctx, "Stop", h, func(ctx context.Context) (err error) { h, err = n.stopWithoutMemory(ctx, h); return err })
 		case stopped:
-			h, err = n.driver.Restore(ctx, h)
+			err = n.driverCall(ctx, "Restore", h, func(ctx context.Context) (err error) { h, err = n.driver.Restore(ctx, h); return err })
 		default:
-			h, err = n.driver.Resume(ctx, h)
+			err = n.driverCall(ctx, "Resume", h, func(ctx context.Context) (err error) { h, err = n.driver.Resume(ctx, h); return err })
 		}
 		if err != nil {
 			return err
@@ -364,7 +364,7 @@ func (n *Node) fork(ctx context.Context, id string, count int, ttl int64) ([]nod
 			return err
 		}
 		child, release = c, rel
-		return n.driver.Snapshot(ctx, parent.Handle, scratch)
+		return n.driverCall(ctx, "Snapshot", parent.Handle, func(ctx context.Context) error { return n.driver.Snapshot(ctx, parent.Handle, scratch) })
 	})
 	if err != nil {
 		return nil, err
@@ -437,7 +437,8 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	g.SetLimit(4)
 	for i := range count {
 		g.Go(func() error {
-			handles[i], errs[i] = n.driver.Clone(ctx, dir, vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken(), Egress: poolPol})
+			spec := vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken(), Egress: poolPol}
+			errs[i] = n.driverCall(ctx, "Clone", vmm.Handle{ID: spec.ID}, func(ctx context.Context) (err error) { handles[i], err = n.driver.Clone(ctx, dir, spec); return err })
 			return nil
 		})
 	}
@@ -524,7 +525,7 @@ func (n *Node) enforceEgress(ctx context.Context, r record) error {
 	ee, ok := n.driver.(vmm.EgressEnforcer)
 	switch {
 	case ok:
-		if err := ee.SetEgress(ctx, r.Handle, r.Egress); err != nil {
+		if err := n.driverCall(ctx, "SetEgress", r.Handle, func(ctx context.Context) error { return ee.SetEgress(ctx, r.Handle, r.Egress) }); err != nil {
 			return fmt.Errorf("enforcing the egress policy: %w", err)
 		}
 		return nil
@@ -564,7 +565,7 @@ func (n *Node) snapshot(ctx context.Context, id, name string, kept bool) (nodeap
 		// The driver stops copying past the budget left (a concurrent
 		// snapshot may use the same budget: the check below settles it).
 		bounded := vmm.WithSnapshotLimit(ctx, n.cfg.Quota.MaxSnapshotBytes-used)
-		if err := n.driver.Snapshot(bounded, src.Handle, sr.Dir); err != nil {
+		if err := n.driverCall(bounded, "Snapshot", src.Handle, func(ctx context.Context) error { return n.driver.Snapshot(ctx, src.Handle, sr.Dir) }); err != nil {
 			_ = os.RemoveAll(sr.Dir)
 			if errors.Is(err, vmm.ErrSnapshotTooLarge) {
 				return n.counted(n.cfg.Quota.snapshotTooLarge(used))

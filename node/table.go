@@ -51,6 +51,9 @@ type record struct {
 	// the VM booted, kept by the driver): fork children and snapshot
 	// claims are booted holding it too.
 	PoolEgress *egress.Policy `json:"pool_egress,omitempty"`
+	// Events are its last lifecycle events (events.go), persisted with the
+	// change each records; rendered only for a lookup by id.
+	Events []nodeapi.Event `json:"events,omitempty"`
 }
 
 // sandbox is a claimed VM in the table. mu serializes the lifecycle verbs

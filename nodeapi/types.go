@@ -215,6 +215,57 @@ type Sandbox struct {
 	Object
 	// Egress is the egress policy the node enforces for it (ClaimRequest).
 	Egress *egress.Policy `json:"egress,omitempty"`
+	// Events are the sandbox's last lifecycle events, oldest first (at
+	// most MaxSandboxEvents): only in the answer of a lookup (GET
+	// /v1/sandboxes/{id}, GET /v1/sandboxes?claim_ref=), never in the
+	// whole list, claims' answers or the change stream, so they cost the
+	// claim path and the fleet view nothing.
+	Events []Event `json:"events,omitempty"`
+}
+
+// MaxSandboxEvents is how many lifecycle events a node keeps per sandbox
+// (Sandbox.Events): the oldest is dropped past it.
+const MaxSandboxEvents = 16
+
+// Event types (Event.Type), Kubernetes' own.
+const (
+	EventNormal  = "Normal"
+	EventWarning = "Warning"
+)
+
+// Event reasons a node records (Event.Reason).
+const (
+	// ReasonClaimed: the sandbox was claimed (from a warm pool, a fork or
+	// a snapshot; the message says which).
+	ReasonClaimed = "Claimed"
+	// ReasonForked: the sandbox was forked (the message names the children).
+	ReasonForked = "Forked"
+	// ReasonSnapshotTaken: a snapshot of the sandbox was taken.
+	ReasonSnapshotTaken = "SnapshotTaken"
+	ReasonPaused        = "Paused"
+	ReasonResumed       = "Resumed"
+	// ReasonLeaseExpired: the lease ended and the sandbox was paused
+	// (on_timeout pause); a sandbox whose lease end destroys it has no
+	// record left to show it.
+	ReasonLeaseExpired = "LeaseExpired"
+	// ReasonRestored (Warning): its agent died and the node restored it.
+	ReasonRestored = "Restored"
+	// ReasonRestoreFailed (Warning): a restore failed; the node retries.
+	ReasonRestoreFailed = "RestoreFailed"
+)
+
+// Event is one lifecycle event of a sandbox as its node records it; a
+// repeat of the newest one (same type, reason and message) counts on it
+// (Count, LastTime) instead of taking a place.
+type Event struct {
+	// Type is EventNormal or EventWarning.
+	Type string `json:"type"`
+	// Reason is UpperCamelCase (the Reason* constants).
+	Reason    string    `json:"reason"`
+	Message   string    `json:"message,omitempty"`
+	FirstTime time.Time `json:"first_time"`
+	LastTime  time.Time `json:"last_time"`
+	Count     int32     `json:"count"`
 }
 
 // Key is the sandbox's pool key.

@@ -1,0 +1,110 @@
+package node
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hearthvm/hearth/nodeapi"
+)
+
+func TestAppendEvent_RepeatsCountAndTheRingKeepsTheNewest(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 16, 0, 0, 0, time.UTC)
+	ev := func(reason, msg string, s int) nodeapi.Event {
+		return nodeapi.Event{Type: nodeapi.EventNormal, Reason: reason, Message: msg, FirstTime: t0.Add(time.Duration(s) * time.Second), Count: 1}
+	}
+	for _, tc := range []struct {
+		name  string
+		in    []nodeapi.Event
+		add   nodeapi.Event
+		limit int
+		want  []string // reason/message×count, oldest first
+	}{
+		{"first", nil, ev("Claimed", "c", 0), 4, []string{"Claimed/c×1"}},
+		{"a repeat of the newest counts on it", []nodeapi.Event{ev("Paused", "p", 0)}, ev("Paused", "p", 1), 4, []string{"Paused/p×2"}},
+		{"another message is another event", []nodeapi.Event{ev("Paused", "p", 0)}, ev("Paused", "q", 1), 4, []string{"Paused/p×1", "Paused/q×1"}},
+		{"only the newest aggregates", []nodeapi.Event{ev("Paused", "p", 0), ev("Resumed", "r", 1)}, ev("Paused", "p", 2), 4, []string{"Paused/p×1", "Resumed/r×1", "Paused/p×1"}},
+		{"past the limit the oldest goes", []nodeapi.Event{ev("A", "", 0), ev("B", "", 1), ev("C", "", 2)}, ev("D", "", 3), 3, []string{"B/×1", "C/×1", "D/×1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := append([]nodeapi.Event(nil), tc.in...)
+			got := appendEvent(tc.in, tc.add, tc.limit)
+			var s []string
+			for _, e := range got {
+				s = append(s, fmt.Sprintf("%s/%s×%d", e.Reason, e.Message, e.Count))
+			}
+			require.Equal(t, tc.want, s)
+			require.Equal(t, before, tc.in, "the old slice is shared with readers: never modified")
+			last := got[len(got)-1]
+			require.Equal(t, tc.add.FirstTime, last.LastTime)
+		})
+	}
+}
+
+func reasons(evs []nodeapi.Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+// A sandbox's lifecycle events are on its lookups (by id and by claim
+// ref), in order, survive a node restart, and are never on the whole
+// list, a claim's answer or the change stream.
+func TestSandboxEvents_RecordedAtEachStepShownOnLookupsAndSurviveARestart(t *testing.T) {
+	drv := newFakeDriver()
+	cfg := Config{Name: "n1", DataDir: t.TempDir(), Driver: drv, RootToken: testRoot, ReapInterval: 50 * time.Millisecond, RefillInterval: 50 * time.Millisecond}
+	a := runNode(t, cfg)
+	_, err := a.root.PutPools(bg, pools("img", 2))
+	require.NoError(t, err)
+	a.waitWarm(t, "img", 2)
+	sb, err := a.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", ClaimRef: "ns/one", TTLSeconds: 600})
+	require.NoError(t, err)
+	require.Empty(t, sb.Events, "a claim's answer carries no events")
+	require.NoError(t, a.root.Pause(bg, sb.ID))
+	require.NoError(t, a.root.Resume(bg, sb.ID))
+	snap, err := a.root.Snapshot(bg, sb.ID, "s1")
+	require.NoError(t, err)
+	kids, err := a.root.Fork(bg, sb.ID, nodeapi.ForkRequest{Count: 1})
+	require.NoError(t, err)
+
+	got, err := a.root.Get(bg, sb.ID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"Claimed", "Paused", "Resumed", "SnapshotTaken", "Forked"}, reasons(got.Events))
+	require.Contains(t, got.Events[3].Message, snap.ID)
+	require.Contains(t, got.Events[4].Message, kids[0].ClaimRef)
+	require.Equal(t, int64(3), got.Version, "events change no Version (claim, pause, resume)")
+	byRef, err := a.root.GetByRef(bg, "ns/one")
+	require.NoError(t, err)
+	require.Equal(t, got.Events, byRef[0].Events)
+	kid, err := a.root.Get(bg, kids[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"Claimed"}, reasons(kid.Events))
+	require.Equal(t, "forked from ns/one", kid.Events[0].Message)
+	clone, err := a.root.ClaimSnapshot(bg, snap.ID, 0)
+	require.NoError(t, err)
+	cl, err := a.root.Get(bg, clone.ID)
+	require.NoError(t, err)
+	require.Equal(t, "cloned from snapshot "+snap.ID, cl.Events[0].Message)
+
+	list, err := a.root.List(bg)
+	require.NoError(t, err)
+	for _, s := range list {
+		require.Empty(t, s.Events, "the whole list carries no events")
+	}
+	a.mu.Lock()
+	for _, s := range a.tab.hub.sbs {
+		require.Empty(t, s.Events, "the change stream carries no events")
+	}
+	a.mu.Unlock()
+
+	a.crash()
+	b := runNode(t, cfg)
+	after, err := b.root.Get(bg, sb.ID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"Claimed", "Paused", "Resumed", "SnapshotTaken", "Forked", "Restored"}, reasons(after.Events))
+	require.Equal(t, got.Events, after.Events[:5])
+}
