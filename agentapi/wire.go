@@ -234,3 +234,18 @@ func (q LogsQuery) Select(l []LogEntry) []LogEntry {
 	}
 	return l
 }
+
+// Line renders e as one line of text, what both API surfaces show: a
+// process's output as it was written, the agent's own entries marked
+// ("[start pid 12] /bin/sh -c …", "[exit pid 12] exit status 0",
+// "[error] starting …").
+func (e LogEntry) Line() string {
+	switch e.Event {
+	case LogStdout, LogStderr:
+		return e.Message
+	}
+	if e.Pid != 0 {
+		return "[" + e.Event + " pid " + strconv.Itoa(e.Pid) + "] " + e.Message
+	}
+	return "[" + e.Event + "] " + e.Message
+}

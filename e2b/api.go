@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
@@ -40,6 +41,8 @@ type Fleet interface {
 	DeleteSnapshot(ctx context.Context, id string) error
 	Renew(ctx context.Context, s nodeapi.Sandbox, ttlSeconds int64) (time.Time, error)
 	Stats(ctx context.Context, s nodeapi.Sandbox) (nodeapi.Stats, error)
+	// Logs reads s's log (the agent's, through its node).
+	Logs(ctx context.Context, s nodeapi.Sandbox, q agentapi.LogsQuery) (agentapi.Logs, error)
 	// ClaimSnapshot claims a new sandbox cloned from snap on the node
 	// holding it, recorded under req.ClaimRef (its key and Object are ignored).
 	ClaimSnapshot(ctx context.Context, snap nodeapi.Snapshot, req nodeapi.ClaimRequest) (nodeapi.Sandbox, error)
@@ -73,6 +76,7 @@ func (g *gateway) routesMux() *http.ServeMux {
 	m.HandleFunc("GET /snapshots", g.handleListSnapshots)
 	m.HandleFunc("DELETE /templates/{id}", g.handleDeleteSnapshot)
 	m.HandleFunc("GET /sandboxes/{id}/metrics", g.handleMetrics)
+	m.HandleFunc("GET /sandboxes/{id}/logs", g.handleLogs)
 	m.HandleFunc("GET /templates", g.handleTemplates)
 	m.HandleFunc("GET /v2/templates", g.handleTemplates)
 	return m

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/agent"
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
@@ -414,3 +415,14 @@ func (f *fakeFleet) LeaseBounds(context.Context) (int64, int64, error) {
 }
 
 var _ Fleet = (*fakeFleet)(nil)
+
+// Logs asks the sandbox's agent, as its node does.
+func (f *fakeFleet) Logs(ctx context.Context, l nodeapi.Sandbox, q agentapi.LogsQuery) (agentapi.Logs, error) {
+	f.mu.Lock()
+	s, err := f.get(l.ID)
+	f.mu.Unlock()
+	if err != nil {
+		return agentapi.Logs{}, err
+	}
+	return (&agentapi.Client{Addr: s.loc.AgentAddr, Token: s.loc.Token}).Logs(ctx, q)
+}

@@ -74,6 +74,7 @@ func FuzzHandlers(f *testing.F) {
 		{"GET", "/snapshots", "limit=0&sandboxID=&nextToken=zz", ""},
 		{"DELETE", "/templates/%2e%2e", "", ""},
 		{"GET", "/sandboxes/sb-x/metrics", "start=-1&end=x", ""},
+		{"GET", "/sandboxes/sb-x/logs", "start=-1&limit=x", ""},
 	}
 	for _, s := range seeds {
 		f.Add(s.method, s.path, s.query, []byte(s.body))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 )
@@ -80,6 +81,8 @@ type Fleet interface {
 	// Renew sets s's lease to ttlSeconds from now and returns its new deadline.
 	Renew(ctx context.Context, s nodeapi.Sandbox, ttlSeconds int64) (time.Time, error)
 	Stats(ctx context.Context, s nodeapi.Sandbox) (nodeapi.Stats, error)
+	// Logs reads s's log from its node (nodeapi.Client.Logs).
+	Logs(ctx context.Context, s nodeapi.Sandbox, q agentapi.LogsQuery) (agentapi.Logs, error)
 	// LeaseBounds are the nodes' lease bounds, the strictest of them.
 	LeaseBounds(ctx context.Context) (defaultSeconds, maxSeconds int64, err error)
 }

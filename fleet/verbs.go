@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/sandbox"
@@ -239,4 +240,15 @@ func (f *NodeFleet) Stats(ctx context.Context, s nodeapi.Sandbox) (nodeapi.Stats
 	}
 	st, err := c.Stats(ctx, s.ID)
 	return st, nodeErr(err)
+}
+
+// Logs reads s's log: the entries q selects, from its agent through its
+// node (409 paused, 502 when the agent does not answer).
+func (f *NodeFleet) Logs(ctx context.Context, s nodeapi.Sandbox, q agentapi.LogsQuery) (agentapi.Logs, error) {
+	c, err := f.owner(s)
+	if err != nil {
+		return agentapi.Logs{}, err
+	}
+	l, err := c.Logs(ctx, s.ID, q)
+	return l, nodeErr(err)
 }

@@ -301,6 +301,7 @@ func (n *Node) mux() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, out)
 	}))
+	route("GET /v1/sandboxes/{id}/logs", n.sandboxRoute(n.handleLogs))
 	route("GET /v1/sandboxes/{id}/stats", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
 		s, err := n.stats(r.Context(), id)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/internal/httpjson"
 )
 
@@ -203,5 +204,19 @@ func (c *Client) Renew(ctx context.Context, id string, ttlSeconds int64) (time.T
 func (c *Client) Stats(ctx context.Context, id string) (Stats, error) {
 	var out Stats
 	err := c.do(ctx, http.MethodGet, idPath(id, "/stats"), nil, &out)
+	return out, err
+}
+
+// Logs reads a sandbox's log (GET /v1/sandboxes/{id}/logs): the entries
+// q selects, oldest first, as the sandbox's agent keeps them
+// (agentapi.Logs). A paused sandbox is a 409, an agent that does not
+// answer a 502.
+func (c *Client) Logs(ctx context.Context, id string, q agentapi.LogsQuery) (agentapi.Logs, error) {
+	var out agentapi.Logs
+	path := idPath(id, "/logs")
+	if v := q.Values(); len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	err := c.do(ctx, http.MethodGet, path, nil, &out)
 	return out, err
 }

@@ -39,6 +39,7 @@
 //	POST   /v1/sandboxes/{id}/renew       RenewRequest → RenewResult
 //	PUT    /v1/sandboxes/{id}/labels      LabelsRequest → Sandbox (409 on a stale version)
 //	GET    /v1/sandboxes/{id}/stats       → Stats
+//	GET    /v1/sandboxes/{id}/logs        ?since=&tail=&limit= → agentapi.Logs (the agent's log; 409 paused, 502 agent)
 //	GET    /v1/snapshots                  → SnapshotList (newest first)
 //	DELETE /v1/snapshots/{id}             → 204
 //	POST   /v1/snapshots/{id}/claim       SnapshotClaimRequest → Sandbox (with token, no claim_ref)
