@@ -186,6 +186,7 @@ func (n *Node) mux() http.Handler {
 		var row nodeapi.Sandbox
 		if sb != nil {
 			row = n.wire(sb.rec, p.root)
+			row.Events = sb.rec.Events
 		}
 		n.mu.Unlock()
 		if sb == nil {
@@ -401,6 +402,9 @@ func (n *Node) handleList(w http.ResponseWriter, r *http.Request) {
 	out := nodeapi.SandboxList{Sandboxes: make([]nodeapi.Sandbox, len(sbs))}
 	for i, sb := range sbs {
 		out.Sandboxes[i] = n.wire(sb.rec, false)
+		if byRef {
+			out.Sandboxes[i].Events = sb.rec.Events
+		}
 	}
 	n.mu.Unlock()
 	if byRef && len(out.Sandboxes) == 0 {

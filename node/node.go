@@ -20,6 +20,7 @@ import (
 	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/internal/tracing"
 	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/vmm"
 )
@@ -305,8 +306,13 @@ func (n *Node) recover(ctx context.Context) error {
 				// Keep it (listed, releasable, reaped at its deadline) so
 				// the next start can try again: its state is still on disk.
 				n.log.Error(err, "Cannot restart a claimed sandbox; keeping it for a later restore", "id", r.ID, "claimRef", r.ClaimRef)
+				r.record(n.event(nodeapi.EventWarning, nodeapi.ReasonRestoreFailed, "the node restarted; restoring the sandbox failed, kept for a later restore"))
+				if err := n.store.putSandboxes(r); err != nil {
+					n.log.Error(err, "Cannot persist a sandbox event", "id", r.ID)
+				}
 			default:
 				r.Handle = h
+				r.record(n.event(nodeapi.EventNormal, nodeapi.ReasonRestored, "the node restarted; the sandbox was restored"))
 				if err := n.store.putSandboxes(r); err != nil {
 					n.log.Error(err, "Cannot persist a restored sandbox", "id", r.ID)
 				}

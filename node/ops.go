@@ -108,7 +108,8 @@ func (n *Node) claimWarm(ctx context.Context, in claimInput) (nodeapi.Sandbox, e
 	}
 	sb.rec = record{ID: n.newSandboxID(), Key: in.key, Handle: h, ClaimRef: in.ref,
 		Deadline: n.limits.Deadline(now, in.ttl), ClaimedAt: now.Truncate(time.Millisecond), Metadata: in.metadata,
-		Version: 1, Object: in.object, Lifecycle: in.life, Env: in.env, Egress: in.egress, PoolEgress: n.tab.pools[in.key].egress}
+		Version: 1, Object: in.object, Lifecycle: in.life, Env: in.env, Egress: in.egress, PoolEgress: n.tab.pools[in.key].egress,
+		Events: []nodeapi.Event{n.event(nodeapi.EventNormal, nodeapi.ReasonClaimed, "claimed a warm microVM")}}
 	n.tab.insert(sb)
 	rec := sb.rec
 	n.mu.Unlock()
@@ -244,9 +245,19 @@ func (n *Node) pause(ctx context.Context, id string, pause, keepMemory bool) err
 		if err != nil {
 			return err
 		}
+		ev := n.event(nodeapi.EventNormal, nodeapi.ReasonResumed, "resumed")
+		switch {
+		case pause && keepMemory:
+			ev = n.event(nodeapi.EventNormal, nodeapi.ReasonPaused, "paused, memory kept")
+		case pause:
+			ev = n.event(nodeapi.EventNormal, nodeapi.ReasonPaused, "paused without memory (stopped, disk kept)")
+		case stopped:
+			ev.Message = "resumed: restarted from its disk"
+		}
 		rec, err := n.update(sb, func(r *record) {
 			r.Handle, r.Paused, r.Stopped = h, pause, pause && !keepMemory
 			n.resumeLease(r)
+			r.record(ev)
 		})
 		if err != nil {
 			return err
@@ -373,14 +384,21 @@ func (n *Node) fork(ctx context.Context, id string, count int, ttl int64) ([]nod
 	// sandbox's children are private, an e2b create's public ones public;
 	// and it is e2b's when its parent is.
 	life := nodeapi.Lifecycle{PrivateTraffic: parent.Lifecycle.PrivateTraffic, PublicTraffic: parent.Lifecycle.PublicTraffic, E2B: parent.Lifecycle.E2B}
-	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), parent.Metadata, child, life, parent.Egress, parent.PoolEgress)
+	first := n.event(nodeapi.EventNormal, nodeapi.ReasonClaimed, "forked from "+nameOf(parent))
+	recs, err := n.cloneN(ctx, scratch, parent.Key, count, ttl, n.forkRefs(parent), "", childObject(parent.Object), parent.Metadata, child, life, parent.Egress, parent.PoolEgress, first)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]nodeapi.Sandbox, len(recs))
+	names := make([]string, len(recs))
 	for i, r := range recs {
 		out[i] = n.wire(r, true)
+		names[i] = nameOf(r)
 	}
+	_ = n.withSandbox(id, func(sb *sandbox) error {
+		n.note(sb, n.event(nodeapi.EventNormal, nodeapi.ReasonForked, "forked into "+strings.Join(names, ", ")))
+		return nil
+	})
 	return out, nil
 }
 
@@ -427,8 +445,9 @@ func childObject(o nodeapi.Object) nodeapi.Object {
 // them and returns their records; on any failure it destroys what it made.
 // refOf names each new sandbox (called with n.mu held, after every earlier
 // child is inserted); nil leaves them unnamed. lin places them in a fork
-// tree; each is recorded with meta (its metadata) and life from the start.
-func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, meta map[string]string, lin lineage, life nodeapi.Lifecycle, pol, poolPol *egress.Policy) ([]record, error) {
+// tree; each is recorded with meta (its metadata), life and its first
+// event (first) from the start.
+func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, ttl int64, refOf func(id string) string, fromSnapshot string, obj nodeapi.Object, meta map[string]string, lin lineage, life nodeapi.Lifecycle, pol, poolPol *egress.Policy, first nodeapi.Event) ([]record, error) {
 	handles := make([]vmm.Handle, count)
 	errs := make([]error, count)
 	// Every clone runs to its end, even after another failed: what one
@@ -457,7 +476,8 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	for i, h := range handles {
 		id := n.newSandboxID()
 		r := record{ID: id, Key: k, Handle: h, Deadline: n.limits.Deadline(now, ttl), ClaimedAt: now.Truncate(time.Millisecond),
-			Snapshot: fromSnapshot, Version: 1, Object: obj, Metadata: meta, Tree: lin.tree, Depth: lin.depth, Lifecycle: life, Egress: pol, PoolEgress: poolPol}
+			Snapshot: fromSnapshot, Version: 1, Object: obj, Metadata: meta, Tree: lin.tree, Depth: lin.depth, Lifecycle: life, Egress: pol, PoolEgress: poolPol,
+			Events: []nodeapi.Event{first}}
 		if refOf != nil {
 			r.ClaimRef = refOf(id)
 		}
@@ -596,6 +616,11 @@ func (n *Node) snapshot(ctx context.Context, id, name string, kept bool) (nodeap
 			_ = os.RemoveAll(sr.Dir)
 			return err
 		}
+		msg := "snapshot " + snapID + " taken"
+		if name != "" {
+			msg += " (" + name + ")"
+		}
+		n.note(sb, n.event(nodeapi.EventNormal, nodeapi.ReasonSnapshotTaken, msg))
 		return nil
 	})
 	return sr.Snapshot, err
@@ -677,7 +702,8 @@ func (n *Node) claimSnapshot(ctx context.Context, id string, req nodeapi.Snapsho
 		refOf = func(string) string { return ref }
 	}
 	life.E2B = c.rec.Snapshot.E2B
-	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, req.Metadata, lineage{}, life, c.rec.Egress, c.rec.PoolEgress)
+	first := n.event(nodeapi.EventNormal, nodeapi.ReasonClaimed, "cloned from snapshot "+id)
+	recs, err := n.cloneN(ctx, c.rec.Dir, c.rec.Snapshot.Key, 1, ttl, refOf, id, nodeapi.Object{}, req.Metadata, lineage{}, life, c.rec.Egress, c.rec.PoolEgress, first)
 	if err != nil {
 		return nodeapi.Sandbox{}, err
 	}
