@@ -226,3 +226,28 @@ func (n *Net) serveDNS(t testing.TB, hosts []Host) {
 		t.Cleanup(func() { _ = s.Shutdown() })
 	}
 }
+
+// RouteFromHost makes every Host's address and DNSAddr reachable from the
+// test's own (the host's) network namespace, for a sandbox whose traffic
+// leaves from there (qemu's passt): a veth pair from the host into World
+// and a /32 route over it for each address — only those, so nothing else
+// changes and no test traffic leaves the machine. The pair's own
+// addresses are 198.19.255.253 (the host's end) and .254 (World's): no
+// Host may use 198.19.255.252/30. Undone when the test ends (the pair
+// dies with World).
+func (n *Net) RouteFromHost(t testing.TB) {
+	t.Helper()
+	link := "hw" + strings.TrimPrefix(n.World, "hearth-world-")
+	if len(link) > 15 {
+		link = link[:15]
+	}
+	run(t, "ip", "link", "add", link, "type", "veth", "peer", "name", "h0", "netns", n.World)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", link).Run() })
+	run(t, "ip", "link", "set", link, "up")
+	run(t, "ip", "addr", "add", "198.19.255.253/30", "dev", link)
+	run(t, "ip", "netns", "exec", n.World, "ip", "link", "set", "h0", "up")
+	run(t, "ip", "netns", "exec", n.World, "ip", "addr", "add", "198.19.255.254/30", "dev", "h0")
+	for a := range n.hits {
+		run(t, "ip", "route", "add", a+"/32", "via", "198.19.255.254", "dev", link, "src", "198.19.255.253")
+	}
+}

@@ -38,7 +38,7 @@ func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Hand
 		return vmm.Handle{}, err
 	}
 	full := man.Spec
-	full.ID, full.Token = spec.ID, spec.Token
+	full.ID, full.Token, full.Egress = spec.ID, spec.Token, spec.Egress
 	if spec.Net != "" {
 		full.Net = spec.Net
 	}
@@ -68,8 +68,7 @@ func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Hand
 		}
 	}
 	if err != nil {
-		d.kill(rec.Handle.PID, vdir)
-		_ = os.RemoveAll(vdir)
+		d.discard(spec.ID, rec.Handle.PID, vdir)
 		return vmm.Handle{}, err
 	}
 	return h, nil

@@ -41,11 +41,19 @@ func (d *Driver) boot(ctx context.Context, spec vmm.Spec, m Machine, timeout tim
 	}
 	h, err := d.launch(ctx, &rec, "", timeout)
 	if err != nil {
-		d.kill(rec.Handle.PID, dir)
-		_ = os.RemoveAll(dir)
+		d.discard(rec.Handle.ID, rec.Handle.PID, dir)
 		return vmm.Handle{}, err
 	}
 	return h, nil
+}
+
+// discard ends a VM that failed to come up (Boot, Clone): its processes,
+// its egress lane's filter, resolver and uid, its run directory.
+func (d *Driver) discard(id string, pid int, dir string) {
+	d.kill(pid, dir)
+	_ = d.dropEgress(id, dir)
+	_ = os.RemoveAll(dir)
+	d.releaseUID(id)
 }
 
 // launch starts QEMU for rec (cold boot when incoming is "", else from the
@@ -63,8 +71,17 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 	if incoming != "" {
 		m.Incoming = "defer"
 	}
+	var uid int
 	if m.NetFD {
 		if err := d.ensureFirewall(ctx); err != nil {
+			return vmm.Handle{}, err
+		}
+		var err error
+		if uid, err = d.allocUID(rec.Handle.ID, dir); err != nil {
+			return vmm.Handle{}, err
+		}
+		// The policies hold before passt makes the guest's first socket.
+		if err := d.startEgress(rec, uid, true); err != nil {
 			return vmm.Handle{}, err
 		}
 	}
@@ -93,7 +110,7 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 		}
 		var netEnd *os.File
 		if m.NetFD {
-			if _, netEnd, err = d.startPasst(dir, port); err != nil {
+			if _, netEnd, err = d.startPasst(dir, uid, port); err != nil {
 				return vmm.Handle{}, err
 			}
 		}

@@ -49,24 +49,24 @@ func passtArgs(uid, hostPort int) []string {
 	}
 }
 
-// firewallRules is the nft script that (re)creates FirewallTable: packets
-// of new connections from uid to the node's own addresses or link-local
-// ranges are rejected. Replies on connections the node opened (the agent
-// port forward) are not new, so they pass.
-func firewallRules(uid int) string {
+// firewallRules is the nft script that (re)creates FirewallTable for the
+// uids [uid, uid+n): packets of new connections from them to the node's
+// own addresses or link-local ranges are rejected. Replies on connections
+// the node opened (the agent port forward) are not new, so they pass.
+func firewallRules(uid, n int) string {
 	t := "inet " + FirewallTable
 	return fmt.Sprintf(`table %[1]s
 delete table %[1]s
 table %[1]s {
 	chain output {
 		type filter hook output priority 0; policy accept;
-		meta skuid %[2]d ct state new fib daddr type local reject
-		meta skuid %[2]d ct state new ip daddr 169.254.0.0/16 reject
-		meta skuid %[2]d ct state new ip6 daddr fe80::/10 reject
-		meta skuid %[2]d ct state new ip6 daddr ::1 reject
+		meta skuid %[2]d-%[3]d ct state new fib daddr type local reject
+		meta skuid %[2]d-%[3]d ct state new ip daddr 169.254.0.0/16 reject
+		meta skuid %[2]d-%[3]d ct state new ip6 daddr fe80::/10 reject
+		meta skuid %[2]d-%[3]d ct state new ip6 daddr ::1 reject
 	}
 }
-`, t, uid)
+`, t, uid, uid+n-1)
 }
 
 // ensureFirewall (re)installs firewallRules before every egress launch, so
@@ -81,7 +81,7 @@ func (d *Driver) ensureFirewall(ctx context.Context) error {
 	d.fwMu.Lock()
 	defer d.fwMu.Unlock()
 	cmd := exec.CommandContext(ctx, d.o.Nft, "-f", "-")
-	cmd.Stdin = strings.NewReader(firewallRules(d.o.EgressUID))
+	cmd.Stdin = strings.NewReader(firewallRules(d.o.EgressUID, d.o.EgressUIDs))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("qemu: egress firewall (nft): %v: %s", err, bytes.TrimSpace(out))
 	}
@@ -91,7 +91,7 @@ func (d *Driver) ensureFirewall(ctx context.Context) error {
 // startPasst starts dir's passt forwarding 127.0.0.1:hostPort, connected to
 // the returned socket end, which QEMU must inherit as fd 3. The caller
 // closes it once QEMU started.
-func (d *Driver) startPasst(dir string, hostPort int) (pid int, qemuEnd *os.File, err error) {
+func (d *Driver) startPasst(dir string, uid, hostPort int) (pid int, qemuEnd *os.File, err error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return 0, nil, fmt.Errorf("qemu: socketpair: %w", err)
@@ -105,7 +105,7 @@ func (d *Driver) startPasst(dir string, hostPort int) (pid int, qemuEnd *os.File
 		return 0, nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(d.o.Passt, passtArgs(d.o.EgressUID, hostPort)...)
+	cmd := exec.Command(d.o.Passt, passtArgs(uid, hostPort)...)
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{passtEnd}

@@ -29,13 +29,13 @@ func TestPasstArgs_OutboundOnlyAndTheAgentPort(t *testing.T) {
 }
 
 func TestFirewallRules_RejectNewConnectionsToTheNodeAndLinkLocal(t *testing.T) {
-	r := firewallRules(64872)
+	r := firewallRules(64872, 512)
 	for _, want := range []string{
 		"table inet hearth_qemu\ndelete table inet hearth_qemu\n", // idempotent replace, one transaction
 		"type filter hook output priority 0; policy accept;",
-		"meta skuid 64872 ct state new fib daddr type local reject",
-		"meta skuid 64872 ct state new ip daddr 169.254.0.0/16 reject",
-		"meta skuid 64872 ct state new ip6 daddr fe80::/10 reject",
+		"meta skuid 64872-65383 ct state new fib daddr type local reject",
+		"meta skuid 64872-65383 ct state new ip daddr 169.254.0.0/16 reject",
+		"meta skuid 64872-65383 ct state new ip6 daddr fe80::/10 reject",
 	} {
 		if !strings.Contains(r, want) {
 			t.Errorf("rules lack %q:\n%s", want, r)

@@ -78,6 +78,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -86,6 +87,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
 )
@@ -123,9 +125,13 @@ type Options struct {
 	Passt string
 	// Nft is the nft executable; default nft.
 	Nft string
-	// EgressUID is the uid passt runs as, matched by the egress firewall;
-	// default DefaultEgressUID. Nothing else may use it.
+	// EgressUID is the first of the uids passt runs as, one per VM of the
+	// egress lane, matched by the egress firewall and each VM's egress
+	// filter; default DefaultEgressUID. Nothing else may use them.
 	EgressUID int
+	// EgressUIDs is how many uids from EgressUID (at most that many VMs
+	// on the egress lane); default DefaultEgressUIDs.
+	EgressUIDs int
 	// EgressFirewall is "nft" (default: the driver installs table
 	// inet hearth_qemu, see passt.go, and an egress boot fails if it
 	// cannot) or "off" (the node's own non-loopback addresses and
@@ -145,6 +151,13 @@ type Driver struct {
 	locks   map[string]*sync.Mutex // per VM id
 
 	fwMu sync.Mutex // serialises nft runs
+
+	uidMu sync.Mutex
+	uids  map[int]string // egress uid → VM id; nil until loaded from Root
+
+	egMu    sync.Mutex
+	egress  map[string]*egressVM // per VM id, the egress lane's in this process
+	hostDNS netip.Addr           // where passt sends the guest's DNS; every filter allows it
 
 	httpc *http.Client
 }
@@ -195,6 +208,12 @@ func New(o Options) (*Driver, error) {
 	if o.EgressUID == 0 {
 		o.EgressUID = DefaultEgressUID
 	}
+	if o.EgressUIDs <= 0 {
+		o.EgressUIDs = DefaultEgressUIDs
+	}
+	if o.EgressUID < 1 || o.EgressUID+o.EgressUIDs > 1<<16 {
+		return nil, fmt.Errorf("qemu: egress uids %d to %d: want uids of 1 to 65535", o.EgressUID, o.EgressUID+o.EgressUIDs-1)
+	}
 	switch o.EgressFirewall {
 	case "":
 		o.EgressFirewall = "nft"
@@ -210,7 +229,7 @@ func New(o Options) (*Driver, error) {
 		return nil, err
 	}
 	o.Root = root
-	d := &Driver{o: o, locks: map[string]*sync.Mutex{}, httpc: &http.Client{Timeout: 5 * time.Second}}
+	d := &Driver{o: o, locks: map[string]*sync.Mutex{}, egress: map[string]*egressVM{}, hostDNS: hostDNS(), httpc: &http.Client{Timeout: 5 * time.Second}}
 	if o.Accel != "auto" {
 		d.accel = o.Accel
 	}
@@ -256,6 +275,13 @@ type record struct {
 	Spec     vmm.Spec `json:"spec"`
 	// Shutdown: Shutdown left only the disk; Restore boots it again.
 	Shutdown bool `json:"shutdown,omitempty"`
+	// Egress is the claim's egress policy (SetEgress), installed again
+	// with the pool's (Spec.Egress) before a restored guest runs.
+	Egress *egress.Policy `json:"egress,omitempty"`
+}
+
+func writeRecord(rec record) error {
+	return uds.WriteJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec)
 }
 
 // manifest is a checkpoint's snapshot.json.
@@ -469,6 +495,7 @@ func (d *Driver) Stop(ctx context.Context, h vmm.Handle) (vmm.Handle, error) {
 	}
 	_ = q.Execute(ctx, "quit", nil, nil)
 	d.kill(rec.Handle.PID, rec.Handle.Dir)
+	d.stopEgress(rec.Handle.ID)
 	if rec.MemShared {
 		_ = os.Remove(rec.MemPath) // the checkpoint holds a copy
 	}
@@ -498,6 +525,15 @@ func (d *Driver) Restore(ctx context.Context, h vmm.Handle) (vmm.Handle, error) 
 			return h, err
 		}
 		rec.Handle.Paused = !st.Running
+		if rec.Spec.Net == "egress" && !d.hasEgress(rec.Handle.ID) {
+			// Re-adopted: its filter holds on; this process serves its
+			// resolver again, and SetEgress prepares the filter anew.
+			if uid := readUID(rec.Handle.Dir); uid != 0 {
+				if err := d.startEgress(&rec, uid, false); err != nil {
+					return h, err
+				}
+			}
+		}
 		return rec.Handle, uds.WriteJSON(filepath.Join(rec.Handle.Dir, "vm.json"), rec)
 	}
 	if rec.Shutdown {
@@ -538,9 +574,13 @@ func (d *Driver) Destroy(ctx context.Context, h vmm.Handle) error {
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
 	d.kill(pid, dir)
+	if err := d.dropEgress(h.ID, dir); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
+	d.releaseUID(h.ID)
 	d.locksMu.Lock()
 	delete(d.locks, h.ID)
 	d.locksMu.Unlock()

@@ -1,0 +1,279 @@
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/miekg/dns"
+
+	"github.com/hearthvm/hearth/egress"
+	"github.com/hearthvm/hearth/egress/nft"
+	"github.com/hearthvm/hearth/vmm"
+)
+
+// Egress policies on the "egress" lane. Each VM's passt runs as a uid of
+// its own from [EgressUID, EgressUID+EgressUIDs), allocated as the VM is
+// made (Boot, Clone), kept in its run directory (egress-uid) so a stop
+// and Restore reuse it, and released by Destroy. The VM's filter is an
+// owner filter of package egress/nft in the host's namespace (table
+// inet hearth_egress_u<uid>: the pool's policy as it boots, the claim's
+// added by SetEgress, both recorded in vm.json and installed again before
+// passt starts on a Restore), holding every packet passt sends for the
+// guest to the policies. The guest's DNS (10.0.2.3) is forwarded by passt
+// to the host's resolver (the first nameserver of /etc/resolv.conf), which
+// every filter lets through. Domain rules are refused (vmm.ErrUnsupported):
+// they need the node's own resolver in the guest's DNS path, which this
+// passt (it drops a loopback nameserver under --no-map-gw and answers
+// only from the address it asked) does not give.
+
+// DefaultEgressUIDs is how many uids the egress lane uses from EgressUID
+// when Options.EgressUIDs is 0: at most that many egress VMs on a node.
+// With DefaultEgressUID the range ends below 65534 (nobody).
+const DefaultEgressUIDs = 512
+
+// uidFile is the run directory's record of its passt's uid.
+const uidFile = "egress-uid"
+
+// pickUID returns the lowest uid of [base, base+n) not in used.
+func pickUID(used map[int]string, base, n int) (int, bool) {
+	for u := base; u < base+n; u++ {
+		if _, ok := used[u]; !ok {
+			return u, true
+		}
+	}
+	return 0, false
+}
+
+// readUID reads dir's egress-uid (0: none).
+func readUID(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, uidFile))
+	if err != nil {
+		return 0
+	}
+	u, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return u
+}
+
+// usedUIDs loads the allocation from the run directories under Root (a
+// restarted driver's VMs keep theirs). Caller holds uidMu.
+func (d *Driver) usedUIDs() map[int]string {
+	if d.uids != nil {
+		return d.uids
+	}
+	d.uids = map[int]string{}
+	ents, _ := os.ReadDir(d.o.Root)
+	for _, e := range ents {
+		if u := readUID(filepath.Join(d.o.Root, e.Name())); e.IsDir() && u != 0 {
+			d.uids[u] = e.Name()
+		}
+	}
+	return d.uids
+}
+
+// allocUID gives VM id (run directory dir) a uid of its own for passt, or
+// the one dir already records.
+func (d *Driver) allocUID(id, dir string) (int, error) {
+	d.uidMu.Lock()
+	defer d.uidMu.Unlock()
+	used := d.usedUIDs()
+	if u := readUID(dir); u != 0 {
+		used[u] = id
+		return u, nil
+	}
+	u, ok := pickUID(used, d.o.EgressUID, d.o.EgressUIDs)
+	if !ok {
+		return 0, fmt.Errorf("qemu: all %d egress uids (from %d) are in use: at most that many VMs on the egress lane", d.o.EgressUIDs, d.o.EgressUID)
+	}
+	if err := writeFile0600(filepath.Join(dir, uidFile), []byte(strconv.Itoa(u))); err != nil {
+		return 0, err
+	}
+	used[u] = id
+	return u, nil
+}
+
+// releaseUID returns id's uid (its run directory is gone).
+func (d *Driver) releaseUID(id string) {
+	d.uidMu.Lock()
+	defer d.uidMu.Unlock()
+	for u, v := range d.usedUIDs() {
+		if v == id {
+			delete(d.uids, u)
+		}
+	}
+}
+
+// egressVM is what the driver holds in this process for one VM of the
+// egress lane: its filter and whether it holds the pool's policy alone,
+// as Prepare left it (Apply may only add).
+type egressVM struct {
+	filter *nft.Filter
+	pool   *egress.Policy
+	fresh  bool
+}
+
+func (e *egressVM) close() { _ = e.filter.Close() }
+
+// checkPolicy refuses what the egress lane of this driver cannot enforce.
+func checkPolicy(p *egress.Policy) error {
+	if errs := p.Validate(nil); len(errs) > 0 {
+		return fmt.Errorf("invalid egress policy: %v", errs.ToAggregate())
+	}
+	if p == nil {
+		return nil
+	}
+	for i, r := range p.Rules {
+		if r.Domain != "" {
+			return fmt.Errorf("%w: egress rule %d: qemu enforces no domain rules (%q): use CIDRs", vmm.ErrUnsupported, i, r.Domain)
+		}
+	}
+	return nil
+}
+
+// startEgress makes rec's VM (uid) enforce its policies before its passt
+// starts: its filter prepared with the pool's (rec.Spec.Egress) and, when
+// SetEgress recorded one, the claim's. prepare false takes over the table
+// as it is (a VM still running that this process re-adopts).
+func (d *Driver) startEgress(rec *record, uid int, prepare bool) error {
+	id := rec.Handle.ID
+	d.stopEgress(id)
+	if err := checkPolicy(rec.Spec.Egress); err != nil {
+		return fmt.Errorf("qemu: %s: the pool's %w", id, err)
+	}
+	filter, err := nft.OpenOwner(-1, uint32(uid))
+	if err != nil {
+		return fmt.Errorf("qemu: %s: %w", id, err)
+	}
+	fresh := false
+	if prepare {
+		if err := filter.Prepare(nft.Options{Resolver: d.hostDNS, Pool: rec.Spec.Egress}); err != nil {
+			_ = filter.Close()
+			return fmt.Errorf("qemu: %s: %w", id, err)
+		}
+		fresh = rec.Egress == nil
+		if err := filter.Apply(rec.Egress); err != nil {
+			_ = filter.Close()
+			return fmt.Errorf("qemu: %s: %w", id, err)
+		}
+	}
+	d.egMu.Lock()
+	d.egress[id] = &egressVM{filter: filter, pool: rec.Spec.Egress, fresh: fresh}
+	d.egMu.Unlock()
+	return nil
+}
+
+// stopEgress lets go of id's filter; its table stays (a stopped VM
+// keeps its uid, and Restore prepares it again).
+func (d *Driver) stopEgress(id string) {
+	d.egMu.Lock()
+	e := d.egress[id]
+	delete(d.egress, id)
+	d.egMu.Unlock()
+	if e != nil {
+		e.close()
+	}
+}
+
+// dropEgress ends dir's VM's egress filter: its table. Destroy calls it after QEMU and passt are
+// gone.
+func (d *Driver) dropEgress(id, dir string) error {
+	d.stopEgress(id)
+	uid := readUID(dir)
+	if uid == 0 {
+		return nil
+	}
+	f, err := nft.OpenOwner(-1, uint32(uid))
+	if err != nil {
+		return fmt.Errorf("qemu: %s: %w", id, err)
+	}
+	defer f.Close()
+	if err := f.Delete(); err != nil {
+		return fmt.Errorf("qemu: %s: %w", id, err)
+	}
+	return nil
+}
+
+var _ vmm.EgressEnforcer = (*Driver)(nil)
+
+// SetEgress implements vmm.EgressEnforcer: h's filter holds p in addition
+// to its pool's policy (Apply on the table its boot prepared: additions
+// only, the claim path's cost; a filter that already holds a claim's
+// policy, or that this process re-adopted, is prepared again first), and
+// vm.json records p so a Restore installs it before the guest runs again.
+// A policy with a domain rule is vmm.ErrUnsupported. A VM of the lane
+// "none" has no network: nothing to do.
+func (d *Driver) SetEgress(ctx context.Context, h vmm.Handle, p *egress.Policy) error {
+	if err := checkPolicy(p); err != nil {
+		return fmt.Errorf("qemu: %s: %w", h.ID, err)
+	}
+	defer d.lock(h.ID)()
+	rec, err := d.load(h)
+	if err != nil {
+		return err
+	}
+	if rec.Spec.Net != "egress" {
+		return nil
+	}
+	d.egMu.Lock()
+	e := d.egress[h.ID]
+	d.egMu.Unlock()
+	if e == nil {
+		return fmt.Errorf("%w: %s: no egress filter (not started by this driver)", vmm.ErrNotRunning, h.ID)
+	}
+	if !e.fresh {
+		if err := e.filter.Prepare(nft.Options{Resolver: d.hostDNS, Pool: e.pool}); err != nil {
+			return fmt.Errorf("qemu: %s: %w", h.ID, err)
+		}
+	}
+	if err := e.filter.Apply(p); err != nil {
+		return fmt.Errorf("qemu: %s: %w", h.ID, err)
+	}
+	d.egMu.Lock()
+	e.fresh = p == nil
+	d.egMu.Unlock()
+	rec.Egress = p
+	return writeRecord(rec)
+}
+
+// hostDNS is the host's first IPv4 nameserver (/etc/resolv.conf), which
+// passt forwards the guest's DNS to; the zero Addr without one.
+func hostDNS() netip.Addr {
+	cc, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+	if err != nil {
+		return netip.Addr{}
+	}
+	for _, s := range cc.Servers {
+		if a, err := netip.ParseAddr(s); err == nil && a.Is4() && !a.IsLoopback() {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// Close releases what the driver holds in this process — the egress
+// lane's netlink connections — and leaves every VM running (their filters stay):
+// a new driver on the same Root re-adopts them (Restore). The driver is
+// unusable afterwards.
+func (d *Driver) Close() error {
+	d.egMu.Lock()
+	egs := d.egress
+	d.egress = map[string]*egressVM{}
+	d.egMu.Unlock()
+	for _, e := range egs {
+		e.close()
+	}
+	return nil
+}
+
+func (d *Driver) hasEgress(id string) bool {
+	d.egMu.Lock()
+	defer d.egMu.Unlock()
+	return d.egress[id] != nil
+}

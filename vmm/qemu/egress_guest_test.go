@@ -1,0 +1,58 @@
+package qemu
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hearthvm/hearth/egress"
+	"github.com/hearthvm/hearth/internal/testnet"
+	"github.com/hearthvm/hearth/vmm"
+)
+
+// TestEgress_GuestReachesOnlyWhatItsPolicyAllows: a guest on the egress
+// lane claimed under "deny everything but two addresses" reaches those
+// and not another address of the same network. The same holds after
+// a stop and Restore before anyone calls SetEgress again (the policy is
+// installed before the guest runs). The "internet" is internal/testnet,
+// routed from the host for its addresses alone.
+func TestEgress_GuestReachesOnlyWhatItsPolicyAllows(t *testing.T) {
+	d := diskDriver(t)
+	const allowed, named, other = "198.18.7.1", "198.18.7.3", "198.18.7.2"
+	n := testnet.Start(t, testnet.Host{Addr: allowed}, testnet.Host{Addr: other, Names: []string{"other.test"}}, testnet.Host{Addr: named, Names: []string{"named.test"}})
+	n.RouteFromHost(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	h, err := d.Boot(ctx, vmm.Spec{ID: "policed", Net: "egress", Size: "small", Token: "tok-policed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	destroyOnCleanup(t, d, h)
+	p := &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{
+		{Action: egress.Allow, CIDR: allowed},
+		{Action: egress.Allow, CIDR: named},
+	}}
+	if err := d.SetEgress(ctx, h, p); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		got := probes(t, h, []string{allowed + ":80", named + ":80", other + ":80", other + ":443"})
+		for tg, want := range map[string]string{allowed + ":80": "open", named + ":80": "open", other + ":80": "closed", other + ":443": "closed"} {
+			if got[tg] != want {
+				t.Errorf("%s: %s is %s, want %s", when, tg, got[tg], want)
+			}
+		}
+		if hits := n.Hits(other); hits != 0 {
+			t.Errorf("%s: %s answered %d requests", when, other, hits)
+		}
+	}
+	check("claimed")
+	if h, err = d.Stop(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if h, err = d.Restore(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	check("restored")
+}
