@@ -1,0 +1,86 @@
+package kubeevents
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func pool(name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("extensions.agents.x-k8s.io/v1beta1")
+	u.SetKind("SandboxWarmPool")
+	u.SetNamespace("default")
+	u.SetName(name)
+	u.SetUID("uid-1")
+	return u
+}
+
+// eventually polls cond until it holds or 10s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A repeat of an event is one series: 100 isomorphic events cost two
+// writes (the event, then the series' start), never one each.
+func TestRecorder_RepeatsBecomeOneSeries(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := fake.NewClientset()
+	r := NewForSink(ctx, cs.EventsV1(), "hearth.dev/test")
+	defer r.Shutdown()
+	r.burst = 1000
+	obj := pool("p")
+	for range 100 {
+		r.Eventf(obj, Warning, "BootFailed", "Boot", "node %s cannot boot: %s", "n1", "pull img:1: not found")
+	}
+	eventually(t, "two writes", func() bool { return r.Writes() >= 2 })
+	l, err := cs.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+	if err != nil || len(l.Items) != 1 {
+		t.Fatalf("events: %d, %v; want 1", len(l.Items), err)
+	}
+	e := l.Items[0]
+	if e.Reason != "BootFailed" || e.Regarding.Kind != "SandboxWarmPool" || e.Regarding.Name != "p" || e.ReportingController != "hearth.dev/test" {
+		t.Fatalf("event: %+v", e)
+	}
+	time.Sleep(100 * time.Millisecond) // a bounded window for a wrong extra write (a negative check)
+	if w := r.Writes(); w != 2 {
+		t.Fatalf("100 repeats cost %d writes, want 2", w)
+	}
+}
+
+// The spam filter passes Burst events per object and drops the rest; another
+// object has its own bucket.
+func TestRecorder_SpamFilterBoundsWritesPerObject(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := fake.NewClientset()
+	r := NewForSink(ctx, cs.EventsV1(), "hearth.dev/test")
+	defer r.Shutdown()
+	r.burst = 5
+	a, b := pool("a"), pool("b")
+	b.SetUID("uid-2")
+	for i := range 20 {
+		r.Eventf(a, Normal, fmt.Sprintf("Reason%d", i), "Fill", "distinct")
+	}
+	r.Eventf(b, Normal, "FillStarted", "Fill", "b")
+	eventually(t, fmt.Sprintf("six writes (have %d)", r.Writes()), func() bool { return r.Writes() >= 6 })
+	time.Sleep(100 * time.Millisecond) // a bounded window for a wrong extra write
+	if w := r.Writes(); w != 6 {
+		t.Fatalf("writes %d, want 6 (5 of a's 20, 1 of b)", w)
+	}
+	var nilRec *Recorder
+	nilRec.Eventf(a, Normal, "X", "Y", fmt.Sprint("nil records nothing"))
+}
