@@ -61,6 +61,7 @@ func TestKubectl(t *testing.T) {
 		for _, want := range []string{
 			`"name":"sandboxes","singularName":"sandbox","namespaced":true,"kind":"Sandbox","verbs":["create","delete","get","list","patch","update","watch"]`,
 			`"name":"sandboxes/pause"`, `"name":"sandboxes/resume"`, `"name":"sandboxes/fork"`, `"name":"sandboxes/snapshot"`,
+			`"name":"sandboxes/log","singularName":"","namespaced":true,"kind":"Sandbox","verbs":["get"]`,
 		} {
 			if !strings.Contains(disc, want) {
 				t.Errorf("discovery lacks %s:\n%s", want, disc)

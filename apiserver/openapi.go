@@ -84,6 +84,13 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	out[name(&sandbox.SandboxForkResult{})] = object(map[string]spec.Schema{
 		"children": {SchemaProps: spec.SchemaProps{Type: []string{"array"}, Items: &spec.SchemaOrArray{Schema: &child}}},
 	})
+	i64 := spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"integer"}, Format: "int64"}}
+	boolean := spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"boolean"}}}
+	out[name(&sandbox.SandboxLogOptions{})] = object(map[string]spec.Schema{
+		"tailLines": i64, "limitBytes": i64, "sinceSeconds": i64,
+		"sinceTime": {SchemaProps: spec.SchemaProps{Type: []string{"string"}, Format: "date-time"}},
+		"timestamps": boolean, "follow": boolean,
+	})
 	out[name(&sandbox.SandboxSnapshotOptions{})] = object(map[string]spec.Schema{"name": str})
 	out[name(&sandbox.SandboxSnapshotResult{})] = object(map[string]spec.Schema{
 		"snapshotID": str, "name": str, "nodeName": str,

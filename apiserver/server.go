@@ -145,7 +145,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	resources := sandboxstore.Resources(sc)
-	group := genericapiserver.NewDefaultAPIGroupInfo(sandboxv1beta1.GroupVersion.Group, Scheme, metav1.ParameterCodec, Codecs)
+	group := genericapiserver.NewDefaultAPIGroupInfo(sandboxv1beta1.GroupVersion.Group, Scheme, sandboxstore.ParameterCodec(metav1.ParameterCodec), Codecs)
 	group.VersionedResourcesStorageMap[sandboxv1beta1.GroupVersion.Version] = resources
 	if err := gs.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing %s: %w", sandboxv1beta1.GroupVersion, err)

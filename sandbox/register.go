@@ -24,6 +24,7 @@ func Objects() []runtime.Object {
 		&SandboxPauseOptions{}, &SandboxResumeOptions{},
 		&SandboxForkOptions{}, &SandboxForkResult{},
 		&SandboxSnapshotOptions{}, &SandboxSnapshotResult{},
+		&SandboxLogOptions{},
 	}
 }
 

@@ -57,21 +57,32 @@ type Fleet struct {
 // Start runs n nodes named node-0… on loopback; they stop at test cleanup.
 func Start(t testing.TB, n int) *Fleet {
 	t.Helper()
+	return StartWith(t, n, vmmtest.Options{})
+}
+
+// StartWith is Start with the nodes' in-memory VMs built from opts: its
+// Addr, say, names an agent every VM's handle points at, for a test that
+// needs the agent to answer (Start's VMs name an address nothing serves).
+func StartWith(t testing.TB, n int, opts vmmtest.Options) *Fleet {
+	t.Helper()
 	f := &Fleet{View: &inventory.Static{}}
 	for i := 0; i < n; i++ {
-		f.Nodes = append(f.Nodes, startNode(t, fmt.Sprintf("node-%d", i)))
+		f.Nodes = append(f.Nodes, startNode(t, fmt.Sprintf("node-%d", i), opts))
 	}
 	f.Publish()
 	return f
 }
 
-func startNode(t testing.TB, name string) *Node {
+func startNode(t testing.TB, name string, opts vmmtest.Options) *Node {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runNode(t, ln, name, t.TempDir(), vmmtest.New(vmmtest.Options{Name: "test"}))
+	if opts.Name == "" {
+		opts.Name = "test"
+	}
+	return runNode(t, ln, name, t.TempDir(), vmmtest.New(opts))
 }
 
 func runNode(t testing.TB, ln net.Listener, name, dir string, drv *vmmtest.Driver) *Node {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
@@ -52,6 +53,8 @@ type Fleet interface {
 	Resume(ctx context.Context, s nodeapi.Sandbox) error
 	Fork(ctx context.Context, s nodeapi.Sandbox, count int, ttlSeconds int64) ([]nodeapi.Sandbox, error)
 	Snapshot(ctx context.Context, s nodeapi.Sandbox, name string) (nodeapi.Snapshot, error)
+	// Logs reads s's log (the log subresource, log.go).
+	Logs(ctx context.Context, s nodeapi.Sandbox, q agentapi.LogsQuery) (agentapi.Logs, error)
 }
 
 var _ Fleet = (*fleet.NodeFleet)(nil)
@@ -87,10 +90,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Resources returns the sandboxes storage and its lifecycle subresources,
-// keyed by their path under the group version ("sandboxes",
-// "sandboxes/pause", ...), ready for an APIGroupInfo. It panics on a
-// Config that Validate refuses (a wiring error).
+// Resources returns the sandboxes storage, its lifecycle subresources
+// and its log (log.go), keyed by their path under the group version
+// ("sandboxes", "sandboxes/pause", ..., "sandboxes/log"), ready for an
+// APIGroupInfo. It panics on a Config that Validate refuses (a wiring
+// error).
 func Resources(c Config) map[string]rest.Storage {
 	if err := c.Validate(); err != nil {
 		panic(err)
@@ -106,6 +110,7 @@ func Resources(c Config) map[string]rest.Storage {
 	for verb, v := range s.verbs() {
 		out["sandboxes/"+verb] = v
 	}
+	out["sandboxes/log"] = &logStorage{s: s}
 	return out
 }
 
