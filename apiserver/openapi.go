@@ -88,7 +88,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	boolean := spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"boolean"}}}
 	out[name(&sandbox.SandboxLogOptions{})] = object(map[string]spec.Schema{
 		"tailLines": i64, "limitBytes": i64, "sinceSeconds": i64,
-		"sinceTime": {SchemaProps: spec.SchemaProps{Type: []string{"string"}, Format: "date-time"}},
+		"sinceTime":  {SchemaProps: spec.SchemaProps{Type: []string{"string"}, Format: "date-time"}},
 		"timestamps": boolean, "follow": boolean,
 	})
 	out[name(&sandbox.SandboxSnapshotOptions{})] = object(map[string]spec.Schema{"name": str})
