@@ -52,7 +52,9 @@ var openers = map[string]Opener{
 	// image_cache (each template's root disk is an ext4 image of its root
 	// filesystem from package image, Options.DiskBytes large), disk (one base
 	// root-disk image for every template, overriding image_cache and the
-	// config's), egress_uid (passt's uid), egress_firewall (nft|off).
+	// config's), egress_uid (the first of passt's uids, one per egress VM),
+	// egress_uids (how many), egress_firewall (nft|off), dns (the egress
+	// resolvers' upstream servers, comma-separated host[:port]).
 	qemu.Backend: openQEMU,
 	// Extra keys: image_cache (resolve templates through package image
 	// with this cache directory; "default" is image.DefaultRoot()), rootfs
@@ -123,6 +125,16 @@ func openQEMU(o Options) (vmm.Driver, error) {
 			return nil, fmt.Errorf("qemu: egress_uid %q: want a positive uid", u)
 		}
 		qo.EgressUID = uid
+	}
+	if u := o.Extra["egress_uids"]; u != "" {
+		n, err := strconv.Atoi(u)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("qemu: egress_uids %q: want a positive count", u)
+		}
+		qo.EgressUIDs = n
+	}
+	if v := o.Extra["dns"]; v != "" {
+		qo.DNS = strings.Split(v, ",")
 	}
 	if p := o.Extra["config"]; p != "" {
 		c, err := qemu.LoadConfig(p)

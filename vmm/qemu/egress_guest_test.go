@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,16 +12,23 @@ import (
 )
 
 // TestEgress_GuestReachesOnlyWhatItsPolicyAllows: a guest on the egress
-// lane claimed under "deny everything but two addresses" reaches those
-// and not another address of the same network. The same holds after
-// a stop and Restore before anyone calls SetEgress again (the policy is
-// installed before the guest runs). The "internet" is internal/testnet,
+// lane claimed under "deny everything but one address and one name"
+// reaches that address and, once its resolver answered the name, the
+// name's address, and not another address of the same network. The same
+// holds after a stop and Restore before anyone calls SetEgress again (the
+// policy is installed before the guest runs). Under a policy of names
+// alone its resolver refuses any other name (the test network's DNS
+// server is never asked for it). The "internet" is internal/testnet,
 // routed from the host for its addresses alone.
 func TestEgress_GuestReachesOnlyWhatItsPolicyAllows(t *testing.T) {
 	d := diskDriver(t)
 	const allowed, named, other = "198.18.7.1", "198.18.7.3", "198.18.7.2"
 	n := testnet.Start(t, testnet.Host{Addr: allowed}, testnet.Host{Addr: other, Names: []string{"other.test"}}, testnet.Host{Addr: named, Names: []string{"named.test"}})
 	n.RouteFromHost(t)
+	if !d.dnsRedirected() {
+		t.Skip("no nameserver in the host's /etc/resolv.conf for passt to forward to")
+	}
+	d.o.DNS = []string{testnet.DNSAddr + ":53"}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	h, err := d.Boot(ctx, vmm.Spec{ID: "policed", Net: "egress", Size: "small", Token: "tok-policed"})
@@ -30,13 +38,20 @@ func TestEgress_GuestReachesOnlyWhatItsPolicyAllows(t *testing.T) {
 	destroyOnCleanup(t, d, h)
 	p := &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{
 		{Action: egress.Allow, CIDR: allowed},
-		{Action: egress.Allow, CIDR: named},
+		{Action: egress.Allow, Domain: "named.test"},
 	}}
 	if err := d.SetEgress(ctx, h, p); err != nil {
 		t.Fatal(err)
 	}
 	check := func(when string) {
 		t.Helper()
+		out, _, err := run(h.Addr, h.Token, "nslookup other.test 2>&1; echo; nslookup named.test 2>&1; true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, named) {
+			t.Errorf("%s: the guest's resolver did not answer named.test:\n%s", when, out)
+		}
 		got := probes(t, h, []string{allowed + ":80", named + ":80", other + ":80", other + ":443"})
 		for tg, want := range map[string]string{allowed + ":80": "open", named + ":80": "open", other + ":80": "closed", other + ":443": "closed"} {
 			if got[tg] != want {
@@ -55,4 +70,24 @@ func TestEgress_GuestReachesOnlyWhatItsPolicyAllows(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("restored")
+
+	// Names alone: no other name is answered, or even asked upstream.
+	asked := n.Asked("other.test")
+	if err := d.SetEgress(ctx, h, &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{{Action: egress.Allow, Domain: "named.test"}}}); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := run(h.Addr, h.Token, "nslookup other.test 2>&1; echo; nslookup named.test 2>&1; true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, other) || !strings.Contains(out, named) {
+		t.Errorf("names only: the guest's resolver answered other.test or not named.test:\n%s", out)
+	}
+	if n.Asked("other.test") != asked {
+		t.Errorf("names only: the test network's DNS server was asked for other.test")
+	}
+	got := probes(t, h, []string{allowed + ":80", named + ":80"})
+	if got[allowed+":80"] != "closed" || got[named+":80"] != "open" {
+		t.Errorf("names only: %v, want %s closed and %s open", got, allowed, named)
+	}
 }

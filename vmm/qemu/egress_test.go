@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"errors"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,17 +33,52 @@ func TestPickUID_LowestFreeInTheRange(t *testing.T) {
 	}
 }
 
-func TestCheckPolicy_DomainRulesAreUnsupported(t *testing.T) {
+// TestCheckPolicy_DomainRulesNeedTheRedirect: a domain rule is enforced
+// only when the guests' DNS reaches the node's resolver (a host
+// nameserver, the firewall on); otherwise it is vmm.ErrUnsupported, not
+// dropped.
+func TestCheckPolicy_DomainRulesNeedTheRedirect(t *testing.T) {
 	cidr := &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{{Action: egress.Allow, CIDR: "203.0.113.7"}}}
 	dom := &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{{Action: egress.Allow, CIDR: "203.0.113.7"}, {Action: egress.Allow, Domain: "example.com"}}}
-	if err := checkPolicy(nil); err != nil {
-		t.Errorf("no policy: %v", err)
+	ns := netip.MustParseAddr("192.0.2.53")
+	for _, tc := range []struct {
+		name     string
+		dns      netip.Addr
+		firewall string
+		p        *egress.Policy
+		unsup    bool
+	}{
+		{"no policy", netip.Addr{}, "off", nil, false},
+		{"CIDRs without a redirect", netip.Addr{}, "off", cidr, false},
+		{"domains redirected", ns, "nft", dom, false},
+		{"domains without a host nameserver", netip.Addr{}, "nft", dom, true},
+		{"domains with the firewall off", ns, "off", dom, true},
+	} {
+		d := &Driver{o: Options{EgressFirewall: tc.firewall}, hostDNS: tc.dns}
+		err := d.checkPolicy(tc.p)
+		if got := errors.Is(err, vmm.ErrUnsupported); got != tc.unsup || (err != nil && !tc.unsup) {
+			t.Errorf("%s: %v, want unsupported %v", tc.name, err, tc.unsup)
+		}
+		if tc.unsup && !strings.Contains(err.Error(), "rule 1") {
+			t.Errorf("%s: %v does not name rule 1", tc.name, err)
+		}
 	}
-	if err := checkPolicy(cidr); err != nil {
-		t.Errorf("a CIDR policy: %v", err)
+	if err := (&Driver{}).checkPolicy(&egress.Policy{Otherwise: "maybe"}); err == nil || errors.Is(err, vmm.ErrUnsupported) {
+		t.Errorf("an invalid policy: %v", err)
 	}
-	if err := checkPolicy(dom); !errors.Is(err, vmm.ErrUnsupported) || !strings.Contains(err.Error(), "rule 1") {
-		t.Errorf("a domain rule: %v, want vmm.ErrUnsupported naming rule 1", err)
+}
+
+func TestResolverAddr_OneLoopbackAddressPerUID(t *testing.T) {
+	seen := map[netip.Addr]int{}
+	for u := DefaultEgressUID; u < DefaultEgressUID+DefaultEgressUIDs; u++ {
+		a := resolverAddr(u)
+		if !a.IsLoopback() {
+			t.Fatalf("resolverAddr(%d) = %s, not loopback", u, a)
+		}
+		if o, ok := seen[a]; ok {
+			t.Fatalf("resolverAddr(%d) = resolverAddr(%d) = %s", u, o, a)
+		}
+		seen[a] = u
 	}
 	if DefaultEgressUID+DefaultEgressUIDs > 65534 {
 		t.Errorf("the default uid range reaches nobody (65534)")
@@ -56,7 +92,7 @@ func TestCheckPolicy_DomainRulesAreUnsupported(t *testing.T) {
 func TestAllocUID_PersistsPerVMAndIsReleasedByDestroy(t *testing.T) {
 	root := t.TempDir()
 	newDriver := func() *Driver {
-		d, err := New(Options{Root: root, Config: &Config{}, EgressUID: 60000, EgressUIDs: 3})
+		d, err := New(Options{Root: root, Config: &Config{}, EgressUID: 60000, EgressUIDs: 3, DNS: []string{"192.0.2.53"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +155,7 @@ func TestFirewallRules_LoadIntoTheKernel(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 	for range 2 { // the second replaces the first
 		cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(firewallRules(DefaultEgressUID, DefaultEgressUIDs))
+		cmd.Stdin = strings.NewReader(firewallRules(DefaultEgressUID, DefaultEgressUIDs, netip.MustParseAddr("192.0.2.53")))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("nft: %v: %s", err, out)
 		}

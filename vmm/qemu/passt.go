@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,19 +17,22 @@ import (
 
 // The "egress" lane: the guest's NIC is a stream socket to its own passt
 // process (user-mode networking by the passt project: outbound TCP/UDP are
-// re-made as host sockets; no packet handling here). passt runs as
-// Options.EgressUID with --no-map-gw, so the guest's gateway address is not
-// the host's loopback, and the driver's nftables table rejects new
-// connections that uid makes to any address of the node itself (fib daddr
-// type local: loopback and every interface address, current or future) and
-// to link-local 169.254.0.0/16 (cloud metadata) and fe80::/10.
+// re-made as host sockets; no packet handling here). passt runs as a uid
+// of the VM's own from Options.EgressUID on (egress.go) with --no-map-gw,
+// so the guest's gateway address is not the host's loopback, and the
+// driver's nftables table rejects new connections those uids make to any
+// address of the node itself (fib daddr type local: loopback and every
+// interface address, current or future) and to link-local 169.254.0.0/16
+// (cloud metadata) and fe80::/10 — but for each uid its own VM's resolver.
 //
 // Guest addressing is the same as on the "none" lane's slirp: 10.0.2.15/24,
-// gateway 10.0.2.2, DNS 10.0.2.3 (forwarded by passt to the node's
-// resolver), so a checkpoint taken on one lane clones onto either.
+// gateway 10.0.2.2, DNS 10.0.2.3 (forwarded by passt to the host's
+// nameserver, which the firewall rewrites to the VM's own resolver), so a
+// checkpoint taken on one lane clones onto either.
 
-// DefaultEgressUID is the uid passt runs as when Options.EgressUID is 0. It
-// must not be shared with anything else: the firewall matches on it.
+// DefaultEgressUID is the first uid passt runs as when Options.EgressUID is
+// 0. The range must not be shared with anything else: the firewall and the
+// egress filters match on it.
 const DefaultEgressUID = 64872
 
 // FirewallTable is the nftables table (family inet) the driver owns.
@@ -53,20 +57,50 @@ func passtArgs(uid, hostPort int) []string {
 // uids [uid, uid+n): packets of new connections from them to the node's
 // own addresses or link-local ranges are rejected. Replies on connections
 // the node opened (the agent port forward) are not new, so they pass.
-func firewallRules(uid, n int) string {
+// With a valid dns (hostDNS: where passt forwards the guest's queries),
+// each uid's DNS to it, UDP and TCP port 53, is rewritten (DNAT) to its
+// VM's resolver (resolverAddr), which that uid alone may reach.
+func firewallRules(uid, n int, dns netip.Addr) string {
 	t := "inet " + FirewallTable
+	r := fmt.Sprintf("%d-%d", uid, uid+n-1)
+	var redirect string
+	if dns.IsValid() {
+		pairs := make([]string, 0, n)
+		nat := make([]string, 0, n)
+		for u := uid; u < uid+n; u++ {
+			pairs = append(pairs, fmt.Sprintf("%d . %s", u, resolverAddr(u)))
+			nat = append(nat, fmt.Sprintf("%d : %s", u, resolverAddr(u)))
+		}
+		redirect = fmt.Sprintf(`	set resolvers {
+		type uid . ipv4_addr
+		elements = { %[1]s }
+	}
+	map resolver_of {
+		type uid : ipv4_addr
+		elements = { %[2]s }
+	}
+	chain dns {
+		type nat hook output priority -100; policy accept;
+		meta skuid %[3]s ip daddr %[4]s meta l4proto { tcp, udp } th dport 53 dnat ip to meta skuid map @resolver_of
+	}
+`, strings.Join(pairs, ", "), strings.Join(nat, ", "), r, dns)
+	}
+	accept := ""
+	if dns.IsValid() {
+		accept = "\t\tmeta l4proto { tcp, udp } th dport 53 meta skuid . ip daddr @resolvers accept\n"
+	}
 	return fmt.Sprintf(`table %[1]s
 delete table %[1]s
 table %[1]s {
-	chain output {
+%[3]s	chain output {
 		type filter hook output priority 0; policy accept;
-		meta skuid %[2]d-%[3]d ct state new fib daddr type local reject
-		meta skuid %[2]d-%[3]d ct state new ip daddr 169.254.0.0/16 reject
-		meta skuid %[2]d-%[3]d ct state new ip6 daddr fe80::/10 reject
-		meta skuid %[2]d-%[3]d ct state new ip6 daddr ::1 reject
+%[4]s		meta skuid %[2]s ct state new fib daddr type local reject
+		meta skuid %[2]s ct state new ip daddr 169.254.0.0/16 reject
+		meta skuid %[2]s ct state new ip6 daddr fe80::/10 reject
+		meta skuid %[2]s ct state new ip6 daddr ::1 reject
 	}
 }
-`, t, uid, uid+n-1)
+`, t, r, redirect, accept)
 }
 
 // ensureFirewall (re)installs firewallRules before every egress launch, so
@@ -81,7 +115,7 @@ func (d *Driver) ensureFirewall(ctx context.Context) error {
 	d.fwMu.Lock()
 	defer d.fwMu.Unlock()
 	cmd := exec.CommandContext(ctx, d.o.Nft, "-f", "-")
-	cmd.Stdin = strings.NewReader(firewallRules(d.o.EgressUID, d.o.EgressUIDs))
+	cmd.Stdin = strings.NewReader(firewallRules(d.o.EgressUID, d.o.EgressUIDs, d.hostDNS))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("qemu: egress firewall (nft): %v: %s", err, bytes.TrimSpace(out))
 	}

@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -29,16 +30,33 @@ func TestPasstArgs_OutboundOnlyAndTheAgentPort(t *testing.T) {
 }
 
 func TestFirewallRules_RejectNewConnectionsToTheNodeAndLinkLocal(t *testing.T) {
-	r := firewallRules(64872, 512)
-	for _, want := range []string{
-		"table inet hearth_qemu\ndelete table inet hearth_qemu\n", // idempotent replace, one transaction
-		"type filter hook output priority 0; policy accept;",
-		"meta skuid 64872-65383 ct state new fib daddr type local reject",
-		"meta skuid 64872-65383 ct state new ip daddr 169.254.0.0/16 reject",
-		"meta skuid 64872-65383 ct state new ip6 daddr fe80::/10 reject",
-	} {
-		if !strings.Contains(r, want) {
-			t.Errorf("rules lack %q:\n%s", want, r)
+	for _, dns := range []netip.Addr{{}, netip.MustParseAddr("10.255.255.53")} {
+		r := firewallRules(64872, 512, dns)
+		want := []string{
+			"table inet hearth_qemu\ndelete table inet hearth_qemu\n", // idempotent replace, one transaction
+			"type filter hook output priority 0; policy accept;",
+			"meta skuid 64872-65383 ct state new fib daddr type local reject",
+			"meta skuid 64872-65383 ct state new ip daddr 169.254.0.0/16 reject",
+			"meta skuid 64872-65383 ct state new ip6 daddr fe80::/10 reject",
+		}
+		redirect := []string{
+			// each uid's queries to the host's nameserver go to its own resolver
+			"meta skuid 64872-65383 ip daddr 10.255.255.53 meta l4proto { tcp, udp } th dport 53 dnat ip to meta skuid map @resolver_of",
+			"64872 : 127.78.253.104, 64873 : 127.78.253.105,",
+			// which it alone reaches, before the node's addresses are rejected
+			"accept\n\t\tmeta skuid 64872-65383 ct state new fib daddr type local reject",
+			"meta l4proto { tcp, udp } th dport 53 meta skuid . ip daddr @resolvers accept",
+			"64872 . 127.78.253.104, 64873 . 127.78.253.105,",
+		}
+		for _, w := range want {
+			if !strings.Contains(r, w) {
+				t.Errorf("dns %v: rules lack %q:\n%.2000s", dns, w, r)
+			}
+		}
+		for _, w := range redirect {
+			if strings.Contains(r, w) != dns.IsValid() {
+				t.Errorf("dns %v: rules hold %q: %v", dns, w, strings.Contains(r, w))
+			}
 		}
 	}
 }

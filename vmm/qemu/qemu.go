@@ -23,14 +23,27 @@
 //     reaches it at Handle.Addr = 127.0.0.1:<free port>. Lane "none":
 //     QEMU slirp with restrict=on — the forwarded agent port works, the
 //     guest can open no connection at all. Lane "egress": the NIC is a socketpair to a per-VM
-//     passt (started as Options.EgressUID with --no-map-gw, so the gateway
-//     is not the host's loopback) which also forwards the agent port; the
-//     driver's nftables table (see passt.go) rejects new connections from
-//     that uid to every address of the node itself and to 169.254.0.0/16
-//     and fe80::/10. Other hosts on the node's networks (its gateway, other
-//     nodes, cluster service IPs) are reachable, as they are from any
-//     outbound connection. Both lanes give the guest 10.0.2.15/24 via
-//     10.0.2.2, DNS 10.0.2.3, so checkpoints clone onto either.
+//     passt (started with --no-map-gw, so the gateway is not the host's
+//     loopback, as a uid of the VM's own from Options.EgressUID, kept in
+//     egress-uid across a stop and Restore, released by Destroy) which
+//     also forwards the agent port; the driver's nftables table (see
+//     passt.go) rejects new connections from those uids to every address
+//     of the node itself and to 169.254.0.0/16 and fe80::/10. Other hosts
+//     on the node's networks (its gateway, other nodes, cluster service
+//     IPs) are reachable unless an egress policy denies them. Both lanes
+//     give the guest 10.0.2.15/24 via 10.0.2.2, DNS 10.0.2.3, so
+//     checkpoints clone onto either.
+//   - Egress policies (vmm.EgressEnforcer; egress.go): each egress VM's
+//     filter is a package egress/nft owner filter in the host's namespace,
+//     table inet hearth_egress_u<uid>, holding every packet its passt
+//     sends to the pool's policy (Spec.Egress, installed before passt
+//     starts) and the claim's (SetEgress: additions only; recorded in
+//     vm.json and installed again before a restored guest runs). The
+//     guest's DNS reaches the VM's own resolver (package egress/resolver,
+//     on 127.78.x.y:53 from its uid; Options.DNS upstream): it answers only
+//     names the policies allow and pins its answers into the filter's
+//     domain sets. Without a nameserver in the host's resolv.conf or with
+//     EgressFirewall "off", domain rules are vmm.ErrUnsupported.
 //   - The accelerator is KVM only if a guest actually boots under it within
 //     Options.KVMProbeTimeout (on PVM hosts a stock kernel hangs); otherwise
 //     TCG. The decision is made once per Driver and reported by Accel.
@@ -67,7 +80,9 @@
 //     the guest keeps the clone's token.
 //
 // The driver owns only processes and files under Root, the checkpoint
-// directories callers name, and the nftables table inet hearth_qemu; it
+// directories callers name, the nftables tables inet hearth_qemu and
+// inet hearth_egress_u<uid> of its uid range, and its resolvers'
+// addresses 127.78.x.y:53; it
 // never decides which VM is warm or claimed. Base images must not change
 // while a VM or checkpoint uses them.
 package qemu
@@ -132,6 +147,9 @@ type Options struct {
 	// EgressUIDs is how many uids from EgressUID (at most that many VMs
 	// on the egress lane); default DefaultEgressUIDs.
 	EgressUIDs int
+	// DNS are the upstream servers ("host" or "host:port") of the egress
+	// lane's resolvers; default the host's /etc/resolv.conf's.
+	DNS []string
 	// EgressFirewall is "nft" (default: the driver installs table
 	// inet hearth_qemu, see passt.go, and an egress boot fails if it
 	// cannot) or "off" (the node's own non-loopback addresses and
@@ -157,7 +175,7 @@ type Driver struct {
 
 	egMu    sync.Mutex
 	egress  map[string]*egressVM // per VM id, the egress lane's in this process
-	hostDNS netip.Addr           // where passt sends the guest's DNS; every filter allows it
+	hostDNS netip.Addr           // where passt sends the guest's DNS (hostDNS)
 
 	httpc *http.Client
 }
@@ -214,6 +232,7 @@ func New(o Options) (*Driver, error) {
 	if o.EgressUID < 1 || o.EgressUID+o.EgressUIDs > 1<<16 {
 		return nil, fmt.Errorf("qemu: egress uids %d to %d: want uids of 1 to 65535", o.EgressUID, o.EgressUID+o.EgressUIDs-1)
 	}
+	o.DNS = upstreamDNS(o.DNS)
 	switch o.EgressFirewall {
 	case "":
 		o.EgressFirewall = "nft"
