@@ -7,8 +7,10 @@
 #   passt slirp4netns        user-mode networking for sandboxes
 #   busybox-static qemu-system-x86   the QEMU backend and its guest
 #   python3-matplotlib       the code interpreter's figure tests run the driver on the host
+#   prometheus               deploy/monitoring_test.go runs the chart's dashboard and alert
+#                            queries through it (its own instance; the package's service is not used)
 set -euo pipefail
-pkgs=(mmdebstrap e2fsprogs bubblewrap crun passt slirp4netns busybox-static qemu-system-x86 uidmap python3-matplotlib)
+pkgs=(mmdebstrap e2fsprogs bubblewrap crun passt slirp4netns busybox-static qemu-system-x86 uidmap python3-matplotlib prometheus)
 need=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")

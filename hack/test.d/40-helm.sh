@@ -27,6 +27,7 @@ go build -o "$out/helmcheck" ./hack/helmcheck
 
 HELM lint --strict "$CHART"
 HELM lint --strict "$CHART" --set e2b.enabled=true,webhook.enabled=true,certManager.enabled=true
+HELM lint --strict "$CHART" --set monitoring.dashboard.enabled=true,monitoring.prometheusRule.enabled=true
 
 render() { HELM template hearth "$CHART" -n sandbox-system --kube-version "$KUBE_VERSION" --include-crds "$@"; }
 base=CustomResourceDefinition=4,APIService=1,ValidatingAdmissionPolicy=1,ValidatingAdmissionPolicyBinding=1,Deployment=1,DaemonSet=1,Service=1,ServiceAccount=2,ClusterRole=4,ClusterRoleBinding=3,Role=1,RoleBinding=2
@@ -61,6 +62,13 @@ render --set e2b.enabled=true,webhook.enabled=true,certManager.enabled=true,apis
 for flag in --enable-e2b-api --e2b-api-key-file=/etc/hearth/e2b/keys --enable-pod-runtime-webhook --enable-warm-pool-driver=false; do
   grep -q -- "- $flag\$" "$out/all.yaml" || { echo "40-helm: $flag not rendered" >&2; exit 1; }
 done
+
+echo "== helm template (monitoring: dashboard ConfigMap, PrometheusRule)"
+# Their content (the chart's dashboards/hearth.json and alerts/hearth.rules.yaml,
+# shipped verbatim) is tested by deploy/monitoring_test.go against a real Prometheus.
+render --set monitoring.dashboard.enabled=true,monitoring.prometheusRule.enabled=true >"$out/monitoring.yaml"
+"$out/helmcheck" -expect "${base},ConfigMap=1,PrometheusRule=1" <"$out/monitoring.yaml" >/dev/null
+grep -q '^    grafana_dashboard: "1"$' "$out/monitoring.yaml" || { echo "40-helm: dashboard ConfigMap without grafana_dashboard: \"1\"" >&2; exit 1; }
 
 # The chart's CRDs are deploy/base's (symbolic links: one copy to keep).
 for f in deploy/base/crds/*.yaml; do
