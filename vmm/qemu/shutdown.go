@@ -58,6 +58,7 @@ func (d *Driver) Shutdown(ctx context.Context, h vmm.Handle) (vmm.Handle, error)
 	}
 	_ = q.Execute(ctx, "quit", nil, nil)
 	d.kill(rec.Handle.PID, dir)
+	d.stopEgress(rec.Handle.ID)
 	if rec.MemShared {
 		_ = os.Remove(rec.MemPath)
 	}
