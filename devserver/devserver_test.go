@@ -186,6 +186,14 @@ func TestDevServer_KubectlEndToEndAndRestart(t *testing.T) {
 		out, _ := d.kubectl(t, "get", "sandboxes", "-o", "name")
 		return strings.Contains(out, "sandbox.agents.x-k8s.io/demo"), out
 	})
+	// Its log, from its real agent through its node (the node's token for
+	// the agent): nothing has run in it yet, so empty; follow is a 400.
+	if out := d.mustKubectl(t, "get", "--raw", "/apis/agents.x-k8s.io/v1beta1/namespaces/default/sandboxes/demo/log?tailLines=10"); out != "" {
+		t.Fatalf("log of a sandbox nothing ran in: %q", out)
+	}
+	if out, err := d.kubectl(t, "get", "--raw", "/apis/agents.x-k8s.io/v1beta1/namespaces/default/sandboxes/demo/log?follow=true"); err == nil || !strings.Contains(out, "follow is not supported") {
+		t.Fatalf("follow: %v %s", err, out)
+	}
 
 	d.mustKubectl(t, "patch", "sandboxwarmpool", "rt", "--type=merge", "-p", `{"spec":{"replicas":12}}`)
 	d.waitReady(t, 12)
