@@ -1,6 +1,6 @@
 // Package e2b is Hearth's e2b-compatible gateway (docs/API.md#e2b-api): e2b's REST
 // control plane (create, list, get, kill, timeout, pause, connect, fork,
-// snapshots, metrics, templates, health) over a Fleet, and the data
+// snapshots, metrics, logs, templates, health) over a Fleet, and the data
 // plane that reverse-proxies envd traffic — requests carrying
 // E2b-Sandbox-Id / E2b-Sandbox-Port — to the sandbox's in-guest agent
 // (package agent), so the unmodified e2b SDK works.
@@ -44,6 +44,10 @@
 // before any lookup and checks a sandbox token against that one node too.
 // Not-found lookups are cached for missTTL. Every error body is JSON {"code":<status>,"message":"..."},
 // unknown routes and unclean paths included.
+//
+// Logs (logs.go) are the sandbox log its agent keeps (package agent:
+// processes started through the API, their output lines, the agent's
+// errors; never an environment), read through its node, in e2b's shape.
 //
 // The data plane reaches any port of a sandbox, addressed by the headers
 // or by e2b's host "<port>-<sandboxId>.<Domain>" (HostRoute): port 49983
