@@ -67,6 +67,16 @@
 // bounded backoff, so a claimed sandbox is never destroyed by the sweep.
 // See health.go.
 //
+// Events: each sandbox's record keeps its last nodeapi.MaxSandboxEvents
+// lifecycle events (claimed, paused, resumed, forked, snapshot taken,
+// lease expired, restored, restore failed; a repeat of the newest counts
+// on it), written by the change each describes (no write of their own on
+// the claim path), surviving restarts, and rendered only on lookups (by
+// id, by claim ref). Each pool reports its boots that failed in a row,
+// the last one's error and the warm VMs the sweep evicted
+// (nodeapi.PoolInfo), on GET /v1/info and PUT /v1/pools' answer. See
+// events.go.
+//
 // Quotas: a sandbox tree (a claimed or snapshot-started sandbox and every
 // fork below it) may fork Quota.MaxForkDepth generations deep and hold
 // Quota.MaxTreeChildren fork children at once; the node holds at most

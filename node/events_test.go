@@ -1,9 +1,12 @@
 package node
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -107,4 +110,42 @@ func TestSandboxEvents_RecordedAtEachStepShownOnLookupsAndSurviveARestart(t *tes
 	require.NoError(t, err)
 	require.Equal(t, []string{"Claimed", "Paused", "Resumed", "SnapshotTaken", "Forked", "Restored"}, reasons(after.Events))
 	require.Equal(t, got.Events, after.Events[:5])
+}
+
+// A pool whose boots fail reports how many failed in a row and the last
+// error (what the warm-pool controller turns into BootFailed events), on
+// GET /v1/info and PUT /v1/pools' answer; a boot that succeeds clears both.
+func TestPoolInfo_ReportsBootFailuresUntilABootSucceeds(t *testing.T) {
+	drv := newFakeDriver()
+	tn := startNode(t, drv, nil)
+	drv.FailClones(2)
+	_, err := tn.root.PutPools(bg, pools("img", 1))
+	require.NoError(t, err)
+	var failed nodeapi.PoolInfo
+	deadline := time.Now().Add(30 * time.Second)
+	for failed.BootFailures == 0 {
+		require.True(t, time.Now().Before(deadline), "no boot failure reported")
+		info, err := tn.root.Info(bg)
+		require.NoError(t, err)
+		for _, p := range info.Pools {
+			if p.Template == "img" {
+				failed = p
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Contains(t, failed.BootError, "injected clone failure")
+	tn.waitWarm(t, "img", 1)
+	info, err := tn.root.PutPools(bg, pools("img", 1))
+	require.NoError(t, err)
+	require.Equal(t, int32(0), info.Pools[0].BootFailures)
+	require.Empty(t, info.Pools[0].BootError)
+}
+
+func TestBootError_CutToTheBoundOnARuneBoundary(t *testing.T) {
+	long := strings.Repeat("é", nodeapi.MaxBootErrorBytes) // 2 bytes each
+	got := bootError(errors.New("x" + long))
+	require.LessOrEqual(t, len(got), nodeapi.MaxBootErrorBytes)
+	require.True(t, utf8.ValidString(got))
+	require.Equal(t, "short", bootError(errors.New("short")))
 }

@@ -174,12 +174,8 @@ func (n *Node) bootDone(k pool.Key, h vmm.Handle, err error) {
 	keep := false
 	if p != nil {
 		p.booting--
-		if err != nil {
-			p.failures++
-			p.retryAt = n.now().Add(backoff(p.failures))
-		} else {
-			p.failures = 0
-			p.retryAt = time.Time{}
+		n.tab.bootDone(p, err, n.now())
+		if err == nil {
 			if !n.closed && int32(len(p.warm)) < p.target {
 				n.tab.addWarm(p, h)
 				keep = true

@@ -756,8 +756,9 @@ func (n *Node) info() nodeapi.Info {
 	out := nodeapi.Info{Node: n.cfg.Name, NodeAddr: n.cfg.AdvertiseAddress, VMM: n.driver.Name(), Accel: accel, Pools: []nodeapi.PoolInfo{},
 		LeaseDefaultSeconds: int64(n.limits.Default / time.Second), LeaseMaxSeconds: int64(n.limits.Max / time.Second)}
 	for _, p := range n.tab.sortedPools() {
-		out.Pools = append(out.Pools, nodeapi.PoolInfo{Template: p.key.Template, Net: p.key.Net, Size: p.key.Size,
-			Warm: int32(len(p.warm)), Target: p.target, Refilling: p.booting})
+		row := p.row()
+		row.Refilling = p.booting
+		out.Pools = append(out.Pools, row)
 	}
 	for _, sb := range n.tab.byID {
 		out.Claimed++

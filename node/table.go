@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/nodeapi"
@@ -79,6 +80,10 @@ type poolState struct {
 	egress   *egress.Policy
 	failures int
 	retryAt  time.Time
+	// bootErr is the last boot failure's error (nodeapi.PoolInfo.BootError),
+	// evicted the warm VMs the health sweep took out of it.
+	bootErr string
+	evicted int64
 }
 
 // snapRecord is a snapshot as the node persists it.
@@ -166,7 +171,8 @@ func (t *table) pool(k pool.Key, create bool) *poolState {
 // and Target 0: not listed).
 func (p *poolState) row() nodeapi.PoolInfo {
 	return nodeapi.PoolInfo{Template: p.key.Template, Net: p.key.Net, Size: p.key.Size,
-		Warm: int32(len(p.warm)), Target: p.target}
+		Warm: int32(len(p.warm)), Target: p.target,
+		BootFailures: int32(p.failures), BootError: p.bootErr, Evicted: p.evicted}
 }
 
 // take pops a warm VM of pool k.
@@ -180,6 +186,34 @@ func (t *table) take(k pool.Key) (vmm.Handle, bool) {
 	p.warm = p.warm[:len(p.warm)-1]
 	t.hub.setPool(p.row())
 	return h, true
+}
+
+// bootDone records a finished boot of pool p: a failure (err, counted in
+// a row) or a success (which clears them); the VM itself joins the pool
+// through addWarm. now is the clock for the retry's backoff.
+func (t *table) bootDone(p *poolState, err error, now time.Time) {
+	if err != nil {
+		p.failures++
+		p.retryAt = now.Add(backoff(p.failures))
+		p.bootErr = bootError(err)
+	} else {
+		p.failures, p.retryAt, p.bootErr = 0, time.Time{}, ""
+	}
+	t.hub.setPool(p.row())
+}
+
+// bootError is err's text cut to nodeapi.MaxBootErrorBytes (on a rune
+// boundary).
+func bootError(err error) string {
+	s := err.Error()
+	if len(s) <= nodeapi.MaxBootErrorBytes {
+		return s
+	}
+	s = s[:nodeapi.MaxBootErrorBytes]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 // addWarm adds a warm VM to pool p.
@@ -209,6 +243,7 @@ func (t *table) evict(ids map[string]bool) []warmVM {
 		for _, h := range p.warm {
 			if ids[h.ID] {
 				out = append(out, warmVM{h: h, key: p.key})
+				p.evicted++
 				continue
 			}
 			kept = append(kept, h)

@@ -306,7 +306,21 @@ type PoolInfo struct {
 	Warm      int32  `json:"warm"`
 	Target    int32  `json:"target"`
 	Refilling int32  `json:"refilling"`
+	// BootFailures counts the pool's warm boots that failed in a row (0
+	// once one succeeds); BootError is the last failure's error (at most
+	// MaxBootErrorBytes), empty once a boot succeeds. A pool whose image
+	// cannot be pulled shows it here; the warm-pool controller turns it
+	// into a BootFailed event on the SandboxWarmPool and its template.
+	BootFailures int32  `json:"boot_failures,omitempty"`
+	BootError    string `json:"boot_error,omitempty"`
+	// Evicted counts the pool's warm microVMs the health sweep evicted
+	// (their agent failed twice, or their VM was gone) since the node
+	// started.
+	Evicted int64 `json:"evicted,omitempty"`
 }
+
+// MaxBootErrorBytes bounds PoolInfo.BootError.
+const MaxBootErrorBytes = 1024
 
 // Info is the body of GET /v1/info (and the answer of PUT /v1/pools).
 type Info struct {
