@@ -501,6 +501,24 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The port is free when picked, not necessarily when Prometheus
+	// binds it: another try picks another.
+	for try := 1; ; try++ {
+		p, log := runPrometheus(t, bin, dir)
+		if p != nil {
+			return p
+		}
+		if try == 3 || !strings.Contains(log, "address already in use") {
+			t.Fatalf("prometheus exited:\n%s", log)
+		}
+	}
+}
+
+// runPrometheus starts bin with dir's prometheus.yml on a free loopback
+// port, stopped when the test ends. It answers nil and the log when
+// Prometheus exits before it is ready.
+func runPrometheus(t *testing.T, bin, dir string) (*prometheus, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -509,7 +527,7 @@ scrape_configs:
 	ln.Close()
 	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	logf, err := os.CreateTemp(dir, "prometheus-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,25 +547,23 @@ scrape_configs:
 		logf.Close()
 	})
 	p := &prometheus{base: "http://" + addr}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 		resp, err := http.Get(p.base + "/-/ready")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return p
+				return p, ""
 			}
 		}
 		select {
 		case <-exited:
 			b, _ := os.ReadFile(logf.Name())
-			t.Fatalf("prometheus exited:\n%s", b)
+			return nil, string(b)
 		case <-time.After(100 * time.Millisecond):
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("prometheus not ready within 20s")
-		}
 	}
+	t.Fatal("prometheus not ready within 20s")
+	return nil, ""
 }
 
 // get decodes the data of a Prometheus API answer.
