@@ -97,14 +97,22 @@ func (d *Driver) usedUIDs() map[int]string {
 }
 
 // allocUID gives VM id (run directory dir) a uid of its own for passt, or
-// the one dir already records.
+// the one dir already records if it is in the driver's range (one from
+// before the range changed is given up, its table deleted: the firewall
+// would no longer cover it).
 func (d *Driver) allocUID(id, dir string) (int, error) {
 	d.uidMu.Lock()
 	defer d.uidMu.Unlock()
 	used := d.usedUIDs()
-	if u := readUID(dir); u != 0 {
+	if u := readUID(dir); u >= d.o.EgressUID && u < d.o.EgressUID+d.o.EgressUIDs {
 		used[u] = id
 		return u, nil
+	} else if u != 0 {
+		delete(used, u)
+		if f, err := nft.OpenOwner(-1, uint32(u)); err == nil {
+			_ = f.Delete()
+			_ = f.Close()
+		}
 	}
 	u, ok := pickUID(used, d.o.EgressUID, d.o.EgressUIDs)
 	if !ok {
@@ -230,8 +238,8 @@ func (d *Driver) startEgress(rec *record, uid int, prepare bool) error {
 	return nil
 }
 
-// stopEgress stops id's resolver and lets go of its filter; its table stays (a stopped VM
-// keeps its uid, and Restore prepares it again).
+// stopEgress stops id's resolver and lets go of its filter; its table
+// stays (a stopped VM keeps its uid, and Restore prepares it again).
 func (d *Driver) stopEgress(id string) {
 	d.egMu.Lock()
 	e := d.egress[id]
@@ -243,8 +251,8 @@ func (d *Driver) stopEgress(id string) {
 }
 
 // dropEgress ends dir's VM's egress lane: its resolver and its filter's
-// table (Destroy then releases its uid). Destroy calls it after QEMU and passt are
-// gone.
+// table. Destroy calls it after QEMU and passt are gone, then releases
+// the uid.
 func (d *Driver) dropEgress(id, dir string) error {
 	d.stopEgress(id)
 	uid := readUID(dir)
@@ -273,8 +281,8 @@ var _ vmm.EgressEnforcer = (*Driver)(nil)
 // vmm.ErrUnsupported (see checkPolicy). A VM of the lane "none" has no
 // network: nothing to do.
 func (d *Driver) SetEgress(ctx context.Context, h vmm.Handle, p *egress.Policy) error {
-	if err := d.checkPolicy(p); err != nil {
-		return fmt.Errorf("qemu: %s: %w", h.ID, err)
+	if errs := p.Validate(nil); len(errs) > 0 {
+		return fmt.Errorf("qemu: %s: invalid egress policy: %v", h.ID, errs.ToAggregate())
 	}
 	defer d.lock(h.ID)()
 	rec, err := d.load(h)
@@ -283,6 +291,9 @@ func (d *Driver) SetEgress(ctx context.Context, h vmm.Handle, p *egress.Policy) 
 	}
 	if rec.Spec.Net != "egress" {
 		return nil
+	}
+	if err := d.checkPolicy(p); err != nil {
+		return fmt.Errorf("qemu: %s: %w", h.ID, err)
 	}
 	d.egMu.Lock()
 	e := d.egress[h.ID]

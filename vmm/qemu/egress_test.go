@@ -162,3 +162,58 @@ func TestFirewallRules_LoadIntoTheKernel(t *testing.T) {
 	}
 
 }
+
+// TestAllocUID_OutOfRangeIsGivenUp: a VM whose recorded uid lies outside
+// the driver's range (the operator moved it) gets a uid of the range:
+// the firewall covers only the range.
+func TestAllocUID_OutOfRangeIsGivenUp(t *testing.T) {
+	root := t.TempDir()
+	d, err := New(Options{Root: root, Config: &Config{}, EgressUID: 60000, EgressUIDs: 2, DNS: []string{"192.0.2.53"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "old")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, uidFile), []byte("50000"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u, err := d.allocUID("old", dir)
+	if err != nil || u != 60000 {
+		t.Fatalf("allocUID = %d, %v; want 60000", u, err)
+	}
+	if readUID(dir) != 60000 {
+		t.Errorf("the run directory still records %d", readUID(dir))
+	}
+}
+
+// TestSetEgress_NoneLaneAcceptsAnyPolicy: a VM of the lane "none" has no
+// network; SetEgress accepts any valid policy for it (domain rules too,
+// which this driver could not enforce on the egress lane) and does
+// nothing, as vmm.EgressEnforcer says.
+func TestSetEgress_NoneLaneAcceptsAnyPolicy(t *testing.T) {
+	root := t.TempDir()
+	d, err := New(Options{Root: root, Config: &Config{}, EgressFirewall: "off", DNS: []string{"192.0.2.53"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := vmm.Handle{ID: "quiet", Dir: filepath.Join(root, "quiet")}
+	if err := os.MkdirAll(h.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeRecord(record{Handle: h, Spec: vmm.Spec{ID: h.ID, Net: "none"}}); err != nil {
+		t.Fatal(err)
+	}
+	dom := &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{{Action: egress.Allow, Domain: "example.com"}}}
+	if err := d.SetEgress(t.Context(), h, dom); err != nil {
+		t.Errorf("none lane: %v", err)
+	}
+	if err := d.SetEgress(t.Context(), h, &egress.Policy{Otherwise: "maybe"}); err == nil {
+		t.Error("an invalid policy is accepted")
+	}
+	h.ID = "absent"
+	if err := d.SetEgress(t.Context(), h, nil); !errors.Is(err, vmm.ErrNotRunning) {
+		t.Errorf("no such VM: %v, want vmm.ErrNotRunning", err)
+	}
+}
