@@ -1,0 +1,355 @@
+package kubectlsandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hearthvm/hearth/devserver"
+	"github.com/hearthvm/hearth/kubectlsandbox"
+	"github.com/hearthvm/hearth/sandbox"
+)
+
+// pluginEnv makes this test binary kubectl-sandbox itself (TestMain).
+const pluginEnv = "KUBECTLSANDBOX_TEST_AS_PLUGIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(pluginEnv) == "1" {
+		os.Exit(kubectlsandbox.Run())
+	}
+	os.Exit(m.Run())
+}
+
+// startDev runs one sandbox-dev (busybox root, default pool) until the
+// test ends and returns its Ready once a node holds a warm microVM.
+func startDev(t *testing.T) devserver.Ready {
+	t.Helper()
+	o := devserver.NewOptions()
+	o.DataDir = t.TempDir()
+	o.SecurePort = 0
+	o.E2BBindAddress = "127.0.0.1:0"
+	o.WarmPoolSyncInterval = time.Second
+	o.PublishInterval = time.Second
+	o.ImageCache = ""
+	o.Out = io.Discard
+	readyCh := make(chan devserver.Ready, 1)
+	o.OnReady = func(r devserver.Ready) { readyCh <- r }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- devserver.Run(ctx, o) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("devserver: %v", err)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Error("devserver did not stop")
+		}
+	})
+	select {
+	case r := <-readyCh:
+		return r
+	case err := <-done:
+		t.Fatalf("devserver stopped before ready: %v", err)
+	case <-time.After(3 * time.Minute): // includes building the agent once
+		t.Fatal("devserver not ready")
+	}
+	return devserver.Ready{}
+}
+
+// poll calls f every 100 ms until it returns nil or within passes.
+func poll(t *testing.T, within time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, within, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// plugin is a Plugin on kubeconfig, as the flags would make it.
+func plugin(kubeconfig, router string) *kubectlsandbox.Plugin {
+	f := genericclioptions.NewConfigFlags(true)
+	f.KubeConfig = &kubeconfig
+	return &kubectlsandbox.Plugin{Flags: f, RouterURL: router, IOStreams: genericiooptions.NewTestIOStreamsDiscard()}
+}
+
+const demo = `apiVersion: agents.x-k8s.io/v1beta1
+kind: Sandbox
+metadata: {name: demo, namespace: default}
+spec:
+  podTemplate:
+    spec:
+      containers:
+      - name: main
+        image: ghcr.io/cocoonstack/sandbox/rt:24.04
+        resources: {requests: {cpu: 500m, memory: 512Mi}}
+`
+
+// Every command of kubectl-sandbox against one real sandbox-dev: exec, cp
+// and port-forward through the router with the admin kubeconfig, refused
+// (403) with the read-only one, which cannot pause either; pause, resume,
+// fork and snapshot through the aggregated API; and the built binary,
+// found by kubectl as a plugin.
+func TestPlugin_AgainstSandboxDev(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the dev system")
+	}
+	ready := startDev(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", ready.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj unstructured.Unstructured
+	if err := yaml.Unmarshal([]byte(demo), &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	sandboxes := dynamic.NewForConfigOrDie(cfg).Resource(sandbox.SchemeGroupVersion.WithResource("sandboxes")).Namespace("default")
+	poll(t, 90*time.Second, "a warm claim", func() error { // 503 until the pool is warm
+		_, err := sandboxes.Create(ctx, &obj, metav1.CreateOptions{})
+		return err
+	})
+
+	admin := plugin(ready.Kubeconfig, ready.E2B)
+	readonly := plugin(ready.ReadOnlyKubeconfig, ready.E2B)
+
+	t.Run("exec", func(t *testing.T) {
+		res, err := admin.Exec(ctx, "demo", []string{"sh", "-c", "echo out; echo err >&2; exit 3"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res != (kubectlsandbox.Result{Stdout: "out\n", Stderr: "err\n", ExitCode: 3}) {
+			t.Errorf("exec: %+v", res)
+		}
+		res, err = admin.Exec(ctx, "demo", []string{"echo", "a  b", "$HOME", "it's"})
+		if err != nil || res.Stdout != "a  b $HOME it's\n" {
+			t.Errorf("exec of quoted words: %+v, %v", res, err)
+		}
+		_, err = readonly.Exec(ctx, "demo", []string{"id"})
+		var se *kubectlsandbox.StatusError
+		if !errors.As(err, &se) || se.Code != http.StatusForbidden || !strings.Contains(se.Message, "sandboxes/exec") {
+			t.Errorf("read-only exec: %v, want a 403 naming sandboxes/exec", err)
+		}
+		_, err = admin.Exec(ctx, "missing", []string{"id"})
+		if !errors.As(err, &se) || se.Code != http.StatusNotFound {
+			t.Errorf("exec in a missing sandbox: %v, want 404", err)
+		}
+	})
+
+	t.Run("cp", func(t *testing.T) {
+		dir := t.TempDir()
+		src := filepath.Join(dir, "in.bin")
+		data := bytes.Repeat([]byte("hearth\x00\xff"), 40000) // 320 KB, binary
+		if err := os.WriteFile(src, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.CopyTo(ctx, src, "demo", "sub dir/in.bin"); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.CopyFrom(ctx, "demo", "sub dir/in.bin", dir+"/out.bin"); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(dir + "/out.bin"); !bytes.Equal(got, data) {
+			t.Errorf("round trip: %d bytes back, want %d", len(got), len(data))
+		}
+		// Into a directory: under the file's base name.
+		into := t.TempDir()
+		if err := admin.CopyFrom(ctx, "demo", "sub dir/in.bin", into); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(into, "in.bin")); !bytes.Equal(got, data) {
+			t.Errorf("copy into a directory: %d bytes", len(got))
+		}
+		// A missing file is the router's 404, and nothing is written.
+		var se *kubectlsandbox.StatusError
+		if err := admin.CopyFrom(ctx, "demo", "missing.txt", into+"/missing.txt"); !errors.As(err, &se) || se.Code != http.StatusNotFound {
+			t.Errorf("missing file: %v, want 404", err)
+		}
+		if ents, _ := os.ReadDir(into); len(ents) != 1 {
+			t.Errorf("after a failed copy the directory holds %d entries, want 1 (no partial file)", len(ents))
+		}
+		if err := readonly.CopyTo(ctx, src, "demo", "ro.bin"); !errors.As(err, &se) || se.Code != http.StatusForbidden {
+			t.Errorf("read-only cp: %v, want 403", err)
+		}
+	})
+
+	t.Run("port-forward", func(t *testing.T) {
+		if _, err := admin.Exec(ctx, "demo", []string{"sh", "-c", "mkdir -p www && echo forwarded > www/index.html && httpd -p 127.0.0.1:8000 -h www"}); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- admin.PortForward(fctx, ln, "demo", 8000) }()
+		var body string
+		poll(t, 10*time.Second, "the guest's httpd through the forward", func() error {
+			resp, err := http.Get("http://" + ln.Addr().String() + "/index.html")
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if body = string(b); resp.StatusCode != http.StatusOK {
+				return errors.New(resp.Status + ": " + body)
+			}
+			return nil
+		})
+		if body != "forwarded\n" {
+			t.Errorf("forwarded body %q", body)
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("port-forward: %v", err)
+		}
+
+		// The read-only kubeconfig's forward answers the router's 403.
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fctx, stop = context.WithCancel(ctx)
+		go func() { done <- readonly.PortForward(fctx, ln, "demo", 8000) }()
+		resp, err := http.Get("http://" + ln.Addr().String() + "/index.html")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("read-only forward: %d, want 403", resp.StatusCode)
+		}
+		stop()
+		<-done
+	})
+
+	t.Run("pause-resume", func(t *testing.T) {
+		if _, err := readonly.Verb(ctx, "demo", "pause", &sandbox.SandboxPauseOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("read-only pause: %v, want 403", err)
+		}
+		obj, err := admin.Verb(ctx, "demo", "pause", &sandbox.SandboxPauseOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if phase := obj.GetLabels()[sandbox.LabelPhase]; phase != sandbox.PhasePaused {
+			t.Errorf("after pause: phase %q", phase)
+		}
+		// The router answers 409 for a paused sandbox once its cached
+		// route (2 s) has expired; until then a request waits for the
+		// resume, so each try here has its own deadline.
+		poll(t, 10*time.Second, "409 from exec in a paused sandbox", func() error {
+			tctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			var se *kubectlsandbox.StatusError
+			if _, err := admin.Exec(tctx, "demo", []string{"true"}); !errors.As(err, &se) || se.Code != http.StatusConflict {
+				return fmt.Errorf("%v, want 409", err)
+			}
+			return nil
+		})
+		if _, err := admin.Verb(ctx, "demo", "resume", &sandbox.SandboxResumeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := admin.Exec(ctx, "demo", []string{"echo", "back"}); err != nil || res.Stdout != "back\n" {
+			t.Errorf("exec after resume: %+v, %v", res, err)
+		}
+	})
+
+	t.Run("fork-snapshot", func(t *testing.T) {
+		obj, err := admin.Verb(ctx, "demo", "fork", &sandbox.SandboxForkOptions{Count: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		children, _, _ := unstructured.NestedSlice(obj.Object, "children")
+		if len(children) != 1 || children[0].(map[string]any)["name"] != "demo-fork-1" {
+			t.Fatalf("fork: %v", obj.Object)
+		}
+		// The child has the parent's files.
+		if res, err := admin.Exec(ctx, "demo-fork-1", []string{"cat", "www/index.html"}); err != nil || res.Stdout != "forwarded\n" {
+			t.Errorf("exec in the child: %+v, %v", res, err)
+		}
+		obj, err = admin.Verb(ctx, "demo", "snapshot", &sandbox.SandboxSnapshotOptions{Name: "before"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, _, _ := unstructured.NestedString(obj.Object, "snapshotID"); !strings.HasPrefix(id, "sn_") {
+			t.Errorf("snapshot: %v", obj.Object)
+		}
+	})
+
+	// The binary, as kubectl runs it: `kubectl sandbox` finds
+	// kubectl-sandbox on PATH — this test binary, which is Run (all of
+	// cmd/kubectl-sandbox's main) when pluginEnv is set; its flags are
+	// kubectl's.
+	t.Run("binary", func(t *testing.T) {
+		if _, err := exec.LookPath("kubectl"); err != nil {
+			t.Skip("kubectl not on PATH")
+		}
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin := t.TempDir()
+		if err := os.Symlink(self, filepath.Join(bin, "kubectl-sandbox")); err != nil {
+			t.Fatal(err)
+		}
+		run := func(args ...string) (string, string, int) {
+			cmd := exec.CommandContext(ctx, "kubectl", args...)
+			cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+ready.Kubeconfig, pluginEnv+"=1", kubectlsandbox.RouterEnv+"="+ready.E2B)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if err != nil && !errors.As(err, &ee) {
+				t.Fatal(err)
+			}
+			return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+		}
+		if o, e, code := run("sandbox", "exec", "demo", "--", "sh", "-c", "echo hi; echo oops >&2; exit 7"); o != "hi\n" || e != "oops\n" || code != 7 {
+			t.Errorf("kubectl sandbox exec: %q %q exit %d", o, e, code)
+		}
+		if o, e, code := run("sandbox", "--kubeconfig", ready.ReadOnlyKubeconfig, "-n", "default", "exec", "demo", "--", "id"); code != 1 || o != "" || !strings.Contains(e, "403") {
+			t.Errorf("read-only kubectl sandbox exec: %q %q exit %d, want a 403 and exit 1", o, e, code)
+		}
+		o, e, code := run("sandbox", "pause", "demo", "-o", "json")
+		if code != 0 || !strings.Contains(o, `"`+sandbox.LabelPhase+`": "Paused"`) {
+			t.Errorf("kubectl sandbox pause -o json: %q %q exit %d", o, e, code)
+		}
+		if o, e, code := run("sandbox", "resume", "demo"); code != 0 || o != "sandbox.agents.x-k8s.io/demo resumed\n" {
+			t.Errorf("kubectl sandbox resume: %q %q exit %d", o, e, code)
+		}
+		if _, e, code := run("sandbox", "-n", "nowhere", "resume", "demo"); code != 1 || !strings.Contains(e, "not found") {
+			t.Errorf("resume in another namespace: %q exit %d, want not found", e, code)
+		}
+	})
+}
