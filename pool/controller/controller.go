@@ -30,6 +30,16 @@
 //     the others; its counts come from its inventory instead;
 //   - without the fleet secret no PUT is sent (fail closed); status is still
 //     written.
+//
+// Events (events.go; docs/OPERATIONS.md#events): each tick records
+// changes, never states, as events.k8s.io/v1 Events through
+// internal/kubeevents (series for repeats, a per-object spam filter): on a
+// SandboxWarmPool FillStarted and FillFinished (its ready count fell below
+// replicas, reached them again), BootFailed (a node's PUT answer reports
+// more boots failed in a row than last tick, with its last error — also on
+// the pool's SandboxTemplate), Evicted (the node's health sweep evicted
+// warm microVMs) and NodeGone (a node it had targets on left). A claim
+// records nothing here; only its refill's fill can.
 package controller
 
 import (
@@ -57,6 +67,7 @@ import (
 
 	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/internal/elect"
+	"github.com/hearthvm/hearth/internal/kubeevents"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
@@ -100,6 +111,11 @@ type Config struct {
 	Identity string
 	// HTTP is the client for node calls (default nodeapi.DefaultHTTPClient).
 	HTTP *http.Client
+	// Events records the controller's Kubernetes Events (events.go:
+	// FillStarted, FillFinished, BootFailed, Evicted, NodeGone). Nil: Run
+	// starts one writing to REST's events.k8s.io/v1 as
+	// "hearth.dev/warm-pool-controller"; Tick alone records none.
+	Events *kubeevents.Recorder
 }
 
 // Controller runs the warm-pool loop.
@@ -112,6 +128,7 @@ type Controller struct {
 	last     pool.Plan
 	sent     map[string]sentTargets // node → last successful PUT
 	lastTick Tick
+	events   eventState
 }
 
 type sentTargets struct {
@@ -141,6 +158,16 @@ func New(cfg Config) (*Controller, error) {
 
 // Run acts until ctx ends, electing a leader first when cfg.Elect.
 func (c *Controller) Run(ctx context.Context) error {
+	if c.cfg.Events == nil {
+		rec, err := kubeevents.New(ctx, c.cfg.REST, "hearth.dev/warm-pool-controller")
+		if err != nil {
+			return err
+		}
+		defer rec.Shutdown()
+		c.mu.Lock()
+		c.cfg.Events = rec
+		c.mu.Unlock()
+	}
 	if !c.cfg.Elect {
 		return c.loop(ctx)
 	}
@@ -237,7 +264,7 @@ func (c *Controller) Tick(ctx context.Context) (Tick, error) {
 	if err != nil {
 		return Tick{}, fmt.Errorf("list nodeinventories: %w", err)
 	}
-	templates := c.readTemplates(ctx, pools)
+	templates, templateObjs := c.readTemplates(ctx, pools)
 
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
@@ -253,7 +280,7 @@ func (c *Controller) Tick(ctx context.Context) (Tick, error) {
 	}
 	c.last = plan
 
-	putErrs := c.apply(ctx, nodes, plan)
+	putErrs, answers, gone := c.apply(ctx, nodes, plan)
 	warm := map[string]map[pool.Key]int32{}
 	for _, n := range nodes {
 		warm[n.name] = n.warm
@@ -262,6 +289,7 @@ func (c *Controller) Tick(ctx context.Context) (Tick, error) {
 	for _, p := range pools {
 		c.writeStatus(ctx, p, observed[p.wp.Ref])
 	}
+	c.record(c.events.next(tickView{pools: wps, keys: plan.Keys, observed: observed, answers: answers, gone: gone}), pools, templateObjs)
 	c.lastTick = Tick{Plan: plan, Nodes: names, Observed: observed, PutErrors: putErrs}
 	return c.lastTick, nil
 }
@@ -269,6 +297,8 @@ func (c *Controller) Tick(ctx context.Context) (Tick, error) {
 type listedPool struct {
 	wp     pool.WarmPool
 	status extv1beta1.SandboxWarmPoolStatus
+	// obj is the pool as listed: what its events regard.
+	obj *unstructured.Unstructured
 }
 
 func (c *Controller) listPools(ctx context.Context) ([]listedPool, error) {
@@ -290,25 +320,28 @@ func (c *Controller) listPools(ctx context.Context) ([]listedPool, error) {
 		out = append(out, listedPool{
 			wp:     pool.WarmPool{Ref: pool.Ref{Namespace: wp.Namespace, Name: wp.Name}, Replicas: replicas, Template: wp.Spec.TemplateRef.Name},
 			status: wp.Status,
+			obj:    &l.Items[i],
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].wp.Ref.String() < out[j].wp.Ref.String() })
 	return out, nil
 }
 
-func (c *Controller) readTemplates(ctx context.Context, pools []listedPool) map[pool.Ref]pool.TemplateRead {
+func (c *Controller) readTemplates(ctx context.Context, pools []listedPool) (map[pool.Ref]pool.TemplateRead, map[pool.Ref]*unstructured.Unstructured) {
 	out := map[pool.Ref]pool.TemplateRead{}
+	objs := map[pool.Ref]*unstructured.Unstructured{}
 	l, err := c.dyn.Resource(Templates).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		// Transient: every pool keeps its last key.
 		for _, p := range pools {
 			out[pool.Ref{Namespace: p.wp.Ref.Namespace, Name: p.wp.Template}] = pool.TemplateRead{Err: fmt.Errorf("list sandboxtemplates: %w", err)}
 		}
-		return out
+		return out, objs
 	}
 	for i := range l.Items {
 		var t extv1beta1.SandboxTemplate
 		ref := pool.Ref{Namespace: l.Items[i].GetNamespace(), Name: l.Items[i].GetName()}
+		objs[ref] = &l.Items[i]
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(l.Items[i].Object, &t); err != nil {
 			out[ref] = pool.TemplateRead{Err: fmt.Errorf("%w: decode: %v", pool.ErrInvalidKey, err)}
 			continue
@@ -328,7 +361,7 @@ func (c *Controller) readTemplates(ctx context.Context, pools []listedPool) map[
 		}
 		out[ref] = pool.TemplateRead{Key: k, Egress: pol, Created: t.CreationTimestamp.Time}
 	}
-	return out
+	return out, objs
 }
 
 func (c *Controller) listNodes(ctx context.Context) ([]schedNode, error) {
@@ -359,12 +392,16 @@ func (c *Controller) listNodes(ctx context.Context) ([]schedNode, error) {
 // apply PUTs each node's targets when they changed or the last PUT is
 // older than the interval, concurrently (at most PutConcurrency at a
 // time), each under PutTimeout. A node answering replaces its warm counts
-// with the answer.
-func (c *Controller) apply(ctx context.Context, nodes []schedNode, plan pool.Plan) map[string]error {
+// with the answer. It returns the failed PUTs, the answers' pools by node
+// and the nodes gone since the last tick with the keys they were sent
+// warm targets for.
+func (c *Controller) apply(ctx context.Context, nodes []schedNode, plan pool.Plan) (map[string]error, map[string][]nodeapi.PoolInfo, map[string][]pool.Key) {
 	errs := map[string]error{}
+	answers := map[string][]nodeapi.PoolInfo{}
+	gone := map[string][]pool.Key{}
 	if c.cfg.Secret == "" {
 		klog.V(1).InfoS("no fleet secret: warm targets not sent (fail closed)")
-		return errs
+		return errs, answers, gone
 	}
 	var mu sync.Mutex
 	now := time.Now()
@@ -406,6 +443,7 @@ func (c *Controller) apply(ctx context.Context, nodes []schedNode, plan pool.Pla
 				return nil
 			}
 			c.sent[n.name] = sentTargets{addr: n.addr, specs: specs, at: now}
+			answers[n.name] = info.Pools
 			w := map[pool.Key]int32{}
 			for _, p := range info.Pools {
 				w[pool.Key{Template: p.Template, Net: p.Net, Size: p.Size}] += p.Warm
@@ -415,12 +453,47 @@ func (c *Controller) apply(ctx context.Context, nodes []schedNode, plan pool.Pla
 		})
 	}
 	_ = g.Wait()
-	for name := range c.sent {
+	for name, sent := range c.sent {
 		if _, ok := plan.Targets[name]; !ok {
+			for _, s := range sent.specs {
+				if s.Warm > 0 {
+					gone[name] = append(gone[name], pool.Key{Template: s.Template, Net: s.Net, Size: s.Size})
+				}
+			}
 			delete(c.sent, name) // node gone
 		}
 	}
-	return errs
+	return errs, answers, gone
+}
+
+// record writes evs as Kubernetes Events on their pools (and templates).
+func (c *Controller) record(evs []poolEvent, pools []listedPool, templates map[pool.Ref]*unstructured.Unstructured) {
+	if c.cfg.Events == nil {
+		return
+	}
+	byRef := make(map[pool.Ref]*listedPool, len(pools))
+	for i := range pools {
+		byRef[pools[i].wp.Ref] = &pools[i]
+	}
+	for _, e := range evs {
+		p := byRef[e.Pool]
+		if p == nil {
+			continue
+		}
+		action := eventAction[e.Reason]
+		c.cfg.Events.Eventf(p.obj, e.Type, e.Reason, action, "%s", e.Note)
+		if e.OnTemplate {
+			if t := templates[pool.Ref{Namespace: e.Pool.Namespace, Name: p.wp.Template}]; t != nil {
+				c.cfg.Events.Eventf(t, e.Type, e.Reason, action, "Pool %s: %s", e.Pool.Name, e.Note)
+			}
+		}
+	}
+}
+
+// eventAction is each reason's action (events.k8s.io/v1 requires one).
+var eventAction = map[string]string{
+	ReasonFillStarted: "Fill", ReasonFillFinished: "Fill", ReasonBootFailed: "Boot",
+	ReasonEvicted: "Evict", ReasonNodeGone: "Schedule",
 }
 
 func (c *Controller) writeStatus(ctx context.Context, p listedPool, total int32) {

@@ -45,6 +45,10 @@ type fakeNode struct {
 	puts   [][]nodeapi.PoolSpec
 	broken atomic.Bool
 	hang   chan struct{} // when non-nil, PUT blocks until closed or the request ends
+	// bootErr, when set, makes its pools boot nothing: each answer holds
+	// warm 0 and one more boot failure with this error.
+	bootErr  string
+	failures int32
 }
 
 func newFakeNode(t *testing.T, name string) *fakeNode {
@@ -82,9 +86,18 @@ func newFakeNode(t *testing.T, name string) *fakeNode {
 		f.puts = append(f.puts, req.Pools)
 		f.mu.Unlock()
 		info := nodeapi.Info{Pools: []nodeapi.PoolInfo{}}
-		for _, p := range req.Pools {
-			info.Pools = append(info.Pools, nodeapi.PoolInfo{Template: p.Template, Net: p.Net, Size: p.Size, Warm: p.Warm, Target: p.Warm})
+		f.mu.Lock()
+		if f.bootErr != "" {
+			f.failures++
 		}
+		for _, p := range req.Pools {
+			pi := nodeapi.PoolInfo{Template: p.Template, Net: p.Net, Size: p.Size, Warm: p.Warm, Target: p.Warm}
+			if f.bootErr != "" {
+				pi.Warm, pi.BootFailures, pi.BootError = 0, f.failures, f.bootErr
+			}
+			info.Pools = append(info.Pools, pi)
+		}
+		f.mu.Unlock()
 		_ = json.NewEncoder(w).Encode(info)
 	}))
 	t.Cleanup(f.srv.Close)
