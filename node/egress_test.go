@@ -1,6 +1,8 @@
 package node
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -11,7 +13,9 @@ import (
 	"github.com/hearthvm/hearth/internal/testagent"
 	"github.com/hearthvm/hearth/internal/testnet"
 	"github.com/hearthvm/hearth/nodeapi"
+	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/sim"
+	"github.com/hearthvm/hearth/vmm/vmmtest"
 )
 
 // reaches reports whether an HTTP GET of target from inside s answers.
@@ -137,6 +141,38 @@ func TestClaim_EgressPolicyOnADriverThatCannotEnforceIt(t *testing.T) {
 	bad := &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{{Action: egress.Allow, CIDR: "10.0.0.0/33"}}}
 	if _, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", Egress: bad}); nodeapi.StatusOf(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "egress.rules[0].cidr") {
 		t.Fatalf("an invalid policy: %v, want a 400 naming egress.rules[0].cidr", err)
+	}
+}
+
+// partialEnforcer enforces no domain rule (as qemu without a host
+// nameserver): its SetEgress answers vmm.ErrUnsupported for one.
+type partialEnforcer struct{ *vmmtest.Driver }
+
+func (partialEnforcer) SetEgress(_ context.Context, _ vmm.Handle, p *egress.Policy) error {
+	for _, r := range p.Rules {
+		if r.Domain != "" {
+			return fmt.Errorf("%w: domain rules", vmm.ErrUnsupported)
+		}
+	}
+	return nil
+}
+
+// A driver that enforces policies but not a rule of this one refuses the
+// claim (409), naming why, rather than holding the sandbox to part of it;
+// a policy it can enforce is claimed.
+func TestClaim_EgressPolicyWithARuleTheDriverCannotEnforce(t *testing.T) {
+	tn := startNode(t, partialEnforcer{newFakeDriver()}, nil)
+	if _, err := tn.root.PutPools(bg, []nodeapi.PoolSpec{{Template: "img", Net: "egress", Warm: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 2)
+	dom := &egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{{Action: egress.Allow, Domain: "example.com"}}}
+	_, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", Net: "egress", Egress: dom})
+	if nodeapi.StatusOf(err) != http.StatusConflict || !strings.Contains(err.Error(), "domain rules") {
+		t.Fatalf("claim with a domain rule the driver cannot enforce: %v, want a 409 naming it", err)
+	}
+	if _, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", Net: "egress", Egress: egress.Default()}); err != nil {
+		t.Fatalf("a policy the driver enforces: %v", err)
 	}
 }
 

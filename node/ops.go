@@ -537,7 +537,8 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 // add — the pool's is the driver's from the VM's boot — so a claim
 // without one makes no driver call. A VM of the lane "none" has no network
 // to filter; a driver that cannot enforce a policy on a networked VM fails
-// the operation (409): a policy is never silently dropped.
+// the operation (409), as does one that cannot enforce a rule of it
+// (vmm.ErrUnsupported): a policy is never silently dropped.
 func (n *Node) enforceEgress(ctx context.Context, r record) error {
 	if r.Egress == nil {
 		return nil
@@ -545,7 +546,11 @@ func (n *Node) enforceEgress(ctx context.Context, r record) error {
 	ee, ok := n.driver.(vmm.EgressEnforcer)
 	switch {
 	case ok:
-		if err := n.driverCall(ctx, "SetEgress", r.Handle, func(ctx context.Context) error { return ee.SetEgress(ctx, r.Handle, r.Egress) }); err != nil {
+		err := n.driverCall(ctx, "SetEgress", r.Handle, func(ctx context.Context) error { return ee.SetEgress(ctx, r.Handle, r.Egress) })
+		if errors.Is(err, vmm.ErrUnsupported) { // a rule this backend cannot enforce (qemu's domain rules without a host nameserver)
+			return errorf(http.StatusConflict, "node %s's backend (%s) cannot enforce this egress policy: %v", n.cfg.Name, n.driver.Name(), err)
+		}
+		if err != nil {
 			return fmt.Errorf("enforcing the egress policy: %w", err)
 		}
 		return nil
