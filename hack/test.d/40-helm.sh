@@ -27,7 +27,7 @@ go build -o "$out/helmcheck" ./hack/helmcheck
 
 HELM lint --strict "$CHART"
 HELM lint --strict "$CHART" --set e2b.enabled=true,webhook.enabled=true,certManager.enabled=true
-HELM lint --strict "$CHART" --set monitoring.dashboard.enabled=true,monitoring.prometheusRule.enabled=true
+HELM lint --strict "$CHART" --set monitoring.dashboard.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.podMonitors.enabled=true
 
 render() { HELM template hearth "$CHART" -n sandbox-system --kube-version "$KUBE_VERSION" --include-crds "$@"; }
 base=CustomResourceDefinition=4,APIService=1,ValidatingAdmissionPolicy=1,ValidatingAdmissionPolicyBinding=1,Deployment=1,DaemonSet=1,Service=1,ServiceAccount=2,ClusterRole=4,ClusterRoleBinding=3,Role=1,RoleBinding=2
@@ -63,11 +63,13 @@ for flag in --enable-e2b-api --e2b-api-key-file=/etc/hearth/e2b/keys --enable-po
   grep -q -- "- $flag\$" "$out/all.yaml" || { echo "40-helm: $flag not rendered" >&2; exit 1; }
 done
 
-echo "== helm template (monitoring: dashboard ConfigMap, PrometheusRule)"
+echo "== helm template (monitoring: dashboard ConfigMap, PrometheusRule, PodMonitors)"
 # Their content (the chart's dashboards/hearth.json and alerts/hearth.rules.yaml,
 # shipped verbatim) is tested by deploy/monitoring_test.go against a real Prometheus.
-render --set monitoring.dashboard.enabled=true,monitoring.prometheusRule.enabled=true >"$out/monitoring.yaml"
-"$out/helmcheck" -expect "${base},ConfigMap=1,PrometheusRule=1" <"$out/monitoring.yaml" >/dev/null
+on=monitoring.dashboard.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.podMonitors.enabled=true
+HELM template hearth "$CHART" -n sandbox-system --kube-version "$KUBE_VERSION" --set "$on" -s templates/monitoring.yaml >"$out/monitoring.yaml"
+"$out/helmcheck" -expect "ConfigMap=1,PrometheusRule=1,PodMonitor=2,ServiceAccount=1,Secret=1,ClusterRole=1,ClusterRoleBinding=1" <"$out/monitoring.yaml" >/dev/null
+# Off by default: the default rendering has none of it (checked above).
 grep -q '^    grafana_dashboard: "1"$' "$out/monitoring.yaml" || { echo "40-helm: dashboard ConfigMap without grafana_dashboard: \"1\"" >&2; exit 1; }
 
 # The chart's CRDs are deploy/base's (symbolic links: one copy to keep).
