@@ -65,6 +65,7 @@ import (
 	"github.com/hearthvm/hearth/e2b"
 	"github.com/hearthvm/hearth/image"
 	"github.com/hearthvm/hearth/internal/embedetcd"
+	"github.com/hearthvm/hearth/internal/tracing"
 	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/server"
 	"github.com/hearthvm/hearth/vmm"
@@ -111,6 +112,12 @@ type Options struct {
 	VMMOptions map[string]string
 	// DiskSize is every sandbox's disk (--disk-size, see sandboxd).
 	DiskSize resource.QuantityValue
+	// Tracing is --tracing-endpoint and --tracing-sampling-rate-per-million:
+	// one provider for the process (service sandbox-dev), traced by the
+	// API server, its fleet, the e2b gateway and every node.
+	Tracing *tracing.Options
+	// TracerProvider, when set, is used instead of Tracing's (tests).
+	TracerProvider tracing.TracerProvider
 
 	// Out receives the one ready line (default os.Stdout).
 	Out io.Writer
@@ -156,6 +163,7 @@ func NewOptions() *Options {
 		PublishInterval:      5 * time.Second,
 		ImageCache:           image.DefaultRoot(),
 		DiskSize:             resource.QuantityValue{Quantity: *resource.NewQuantity(vmm.DefaultDiskBytes, resource.BinarySI)},
+		Tracing:              tracing.NewOptions(),
 	}
 }
 
@@ -179,6 +187,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ImageCache, "image-cache", o.ImageCache, "image cache the nodes resolve templates through (the built-in Debian image is built there on first use); empty boots the backend's minimal busybox root")
 	fs.StringToStringVar(&o.VMMOptions, "vmm-opt", o.VMMOptions, "backend-specific setting KEY=VALUE (repeatable; see sandboxd --help)")
 	fs.Var(&o.DiskSize, "disk-size", node.DiskSizeFlagHelp)
+	o.Tracing.AddFlags(fs)
 }
 
 // Validate reports invalid options.
@@ -201,6 +210,11 @@ func (o *Options) Validate() error {
 	}
 	if err := node.ValidateDiskSize(o.DiskSize.Quantity); err != nil {
 		errs = append(errs, err)
+	}
+	if o.Tracing != nil {
+		if err := o.Tracing.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -294,6 +308,18 @@ func Run(ctx context.Context, o *Options) (err error) {
 	sopts.SandboxdToken = token
 	sopts.WarmPool.Enabled = true
 	sopts.WarmPool.SyncInterval = o.WarmPoolSyncInterval
+	tp := o.TracerProvider
+	if tp == nil && o.Tracing != nil {
+		if tp, err = o.Tracing.Provider(ctx, "sandbox-dev"); err != nil {
+			ln.Close()
+			return fmt.Errorf("--tracing-endpoint: %w", err)
+		}
+	}
+	if tp != nil {
+		// The API server shuts it down (flushing) when it stops; the
+		// nodes stop before it.
+		sopts.TracerProvider = tp
+	}
 	var keyFile string
 	if o.E2BBindAddress != "" {
 		keyFile = filepath.Join(dataDir, "e2b-api-key")
@@ -369,7 +395,7 @@ func Run(ctx context.Context, o *Options) (err error) {
 	started, err := startNodes(ctx, nodesConfig{
 		count: o.Nodes, dataDir: filepath.Join(dataDir, "nodes"), vmm: o.VMM, agentBin: o.AgentBin,
 		token: token, rest: self, publishInterval: o.PublishInterval, extra: vmmExtra(o),
-		diskBytes: o.DiskSize.Value(),
+		diskBytes: o.DiskSize.Value(), tracerProvider: tp,
 	})
 	nodesMu.Lock()
 	nodes = started

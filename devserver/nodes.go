@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -29,6 +30,8 @@ type nodesConfig struct {
 	extra map[string]string
 	// diskBytes is the backends' Options.DiskBytes (--disk-size).
 	diskBytes int64
+	// tracerProvider traces the nodes (node.Config.TracerProvider); nil: off.
+	tracerProvider trace.TracerProvider
 }
 
 // runningNode is one in-process node daemon, served by node.Serve until
@@ -91,6 +94,7 @@ func startNodes(ctx context.Context, cfg nodesConfig) (fleetNodes, error) {
 			Driver:            drv,
 			InventoryInterval: cfg.publishInterval,
 			Publisher:         pub,
+			TracerProvider:    cfg.tracerProvider,
 		})
 		if err != nil {
 			ln.Close()

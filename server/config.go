@@ -11,6 +11,7 @@ import (
 
 	"github.com/hearthvm/hearth/apiserver"
 	"github.com/hearthvm/hearth/e2b"
+	"github.com/hearthvm/hearth/internal/tracing"
 	"github.com/hearthvm/hearth/pool/controller"
 )
 
@@ -51,6 +52,9 @@ type Config struct {
 	// sandboxclaim) here beside the driver: it claims through the API
 	// server's fleet and writes claim status through the cluster.
 	Controllers map[string]Controller
+	// TracerProvider, when set, traces the e2b gateway's requests (the
+	// API server's is APIServer.GenericConfig.TracerProvider); nil: off.
+	TracerProvider tracing.TracerProvider
 }
 
 type completedConfig struct {
@@ -61,6 +65,7 @@ type completedConfig struct {
 	e2bAddr     string
 	warmPool    *controller.Config
 	controllers map[string]Controller
+	tp          tracing.TracerProvider
 }
 
 // CompletedConfig is a Config with defaults filled in; build a Server with
@@ -80,7 +85,7 @@ func (c *Config) Complete() CompletedConfig {
 	}
 	return CompletedConfig{&completedConfig{
 		api: c.APIServer.Complete(), inventory: c.Inventory, synced: synced,
-		e2b: c.E2B, e2bAddr: c.E2BBindAddress, warmPool: c.WarmPool, controllers: c.Controllers,
+		e2b: c.E2B, e2bAddr: c.E2BBindAddress, warmPool: c.WarmPool, controllers: c.Controllers, tp: c.TracerProvider,
 	}}
 }
 
@@ -123,6 +128,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		h = tracing.Handler(h, c.tp, "e2b", nil)
 		if s.e2bLn, err = e2b.Listen(c.e2bAddr, c.e2b.TLS); err != nil {
 			return nil, fmt.Errorf("e2b gateway: %w", err)
 		}

@@ -12,7 +12,9 @@ import (
 	"github.com/hearthvm/hearth/e2b"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/fleetview"
+	"github.com/hearthvm/hearth/internal/tracing"
 	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 // GatewayOptions are sandbox-e2b's flags: the e2b gateway alone, over the
@@ -25,22 +27,26 @@ type GatewayOptions struct {
 	// SandboxdTokenFile holds the fleet secret (each sandboxd is sent only
 	// its own token derived from it).
 	SandboxdTokenFile string
+	// Tracing is --tracing-endpoint and --tracing-sampling-rate-per-million.
+	Tracing *tracing.Options
 }
 
 // NewGatewayOptions returns the defaults.
 func NewGatewayOptions() *GatewayOptions {
-	return &GatewayOptions{E2B: e2b.NewOptions()}
+	return &GatewayOptions{E2B: e2b.NewOptions(), Tracing: tracing.NewOptions()}
 }
 
-// AddFlags registers the e2b flags, --kubeconfig and --sandboxd-token-file.
+// AddFlags registers the e2b flags, --kubeconfig, --sandboxd-token-file
+// and the tracing flags.
 func (o *GatewayOptions) AddFlags(fs *pflag.FlagSet) {
 	o.E2B.AddFlags(fs)
+	o.Tracing.AddFlags(fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster holding the NodeInventory objects (default: in-cluster)")
 	fs.StringVar(&o.SandboxdTokenFile, "sandboxd-token-file", o.SandboxdTokenFile, "file holding the fleet secret; each sandboxd is sent only its own token derived from it")
 }
 
 // Validate reports flag errors that need no I/O.
-func (o *GatewayOptions) Validate() error { return o.E2B.Validate() }
+func (o *GatewayOptions) Validate() error { return errors.Join(o.E2B.Validate(), o.Tracing.Validate()) }
 
 // RunGateway serves the e2b gateway until ctx ends. It loads the keys
 // before any I/O, binds at once, and answers 503 until its live fleet view
@@ -70,11 +76,19 @@ func RunGateway(ctx context.Context, o *GatewayOptions) error {
 	// As in sandbox-apiserver: the published objects give membership and
 	// the fallback, the nodes' change streams the content (fleetview).
 	live := fleetview.New(src, fleetview.Config{Secret: token})
-	cfg.Fleet = fleet.New(fleet.Config{View: live, Secret: token})
+	tp, err := o.Tracing.Provider(ctx, "sandbox-e2b")
+	if err != nil {
+		return fmt.Errorf("--tracing-endpoint: %w", err)
+	}
+	if tp != nil {
+		defer tracing.Shutdown(ctx, tp)
+	}
+	cfg.Fleet = fleet.New(fleet.Config{View: live, Secret: token, HTTP: tracing.Client(nodeapi.DefaultHTTPClient, tp, "sandboxd")})
 	h, err := e2b.New(cfg)
 	if err != nil {
 		return err
 	}
+	h = tracing.Handler(h, tp, "e2b", nil)
 	ln, err := e2b.Listen(o.E2B.BindAddress, cfg.TLS)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +21,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	componenttracing "k8s.io/component-base/tracing"
 
 	"github.com/hearthvm/hearth/apiserver"
 	sandboxstore "github.com/hearthvm/hearth/apiserver/registry/sandbox"
@@ -27,7 +29,9 @@ import (
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/fleetview"
 	"github.com/hearthvm/hearth/internal/serve"
+	"github.com/hearthvm/hearth/internal/tracing"
 	"github.com/hearthvm/hearth/inventory"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool/controller"
 	"github.com/hearthvm/hearth/sandboxclaim"
 	"github.com/hearthvm/hearth/webhook"
@@ -90,6 +94,17 @@ type Options struct {
 	// Fleet, when set by an embedder, replaces the node fleet built over
 	// the live view.
 	Fleet Fleet
+
+	// Tracing is --tracing-endpoint and --tracing-sampling-rate-per-million
+	// (package internal/tracing); TracingConfig is kube-apiserver's
+	// --tracing-config-file (a TracingConfiguration). At most one is set;
+	// neither: tracing is off, at no cost.
+	Tracing       *tracing.Options
+	TracingConfig *genericoptions.TracingOptions
+	// TracerProvider, when set by an embedder, is used instead of the
+	// flags': the API server's, the fleet's calls to the nodes' and the
+	// e2b gateway's spans. The API server shuts it down when it stops.
+	TracerProvider tracing.TracerProvider
 }
 
 // Fleet is what the components composed here consume of one fleet: the
@@ -113,6 +128,8 @@ func NewOptions() *Options {
 		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
 		E2B:            e2b.NewOptions(),
 		WarmPool:       controller.NewOptions(),
+		Tracing:        tracing.NewOptions(),
+		TracingConfig:  genericoptions.NewTracingOptions(),
 	}
 	o.SecureServing.BindPort = 6443
 	o.SecureServing.ServerCert.CertDirectory = ""
@@ -164,6 +181,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.EnableE2B, "enable-e2b-api", o.EnableE2B, "also serve the e2b API (and envd data plane) on --e2b-bind-address")
 	o.E2B.AddFlags(fs)
 	o.WarmPool.AddFlags(fs)
+	o.Tracing.AddFlags(fs)
+	o.TracingConfig.AddFlags(fs)
 	// Deprecated: watches follow the live fleet view as each change
 	// arrives; nothing re-derives on a cadence. Accepted (the Helm chart
 	// of earlier releases passes it) and ignored.
@@ -207,6 +226,13 @@ func (o *Options) Validate() error {
 	}
 	if o.SandboxdTokenFile != "" && o.SandboxdToken == "" {
 		errs = append(errs, fmt.Errorf("--sandboxd-token-file %s is empty", o.SandboxdTokenFile))
+	}
+	if err := o.Tracing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, o.TracingConfig.Validate()...)
+	if o.Tracing.Enabled() && o.TracingConfig.ConfigFile != "" {
+		errs = append(errs, errors.New("--tracing-endpoint and --tracing-config-file are exclusive: set one"))
 	}
 	return errors.Join(errs...)
 }
@@ -260,6 +286,10 @@ func (o *Options) Config() (*Config, error) {
 	} else {
 		rc.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
 	}
+	tp, err := o.tracerProvider(&rc.Config)
+	if err != nil {
+		return nil, err
+	}
 	cluster := o.Cluster
 	if cluster == nil && (o.Live == nil || o.WarmPool.Enabled) {
 		var err error
@@ -267,7 +297,7 @@ func (o *Options) Config() (*Config, error) {
 			return nil, err
 		}
 	}
-	c := &Config{}
+	c := &Config{TracerProvider: tp}
 	live := o.Live
 	if live == nil {
 		src, err := inventory.NewSourceForConfig(cluster)
@@ -281,7 +311,7 @@ func (o *Options) Config() (*Config, error) {
 	}
 	fl := o.Fleet
 	if fl == nil {
-		fl = fleet.New(fleet.Config{View: live, Secret: o.SandboxdToken})
+		fl = fleet.New(fleet.Config{View: live, Secret: o.SandboxdToken, HTTP: tracing.Client(nodeapi.DefaultHTTPClient, tp, "sandboxd")})
 	}
 	c.APIServer = &apiserver.Config{GenericConfig: rc, ExtraConfig: apiserver.ExtraConfig{Fleet: fl, Live: live}}
 	if o.EnablePodRuntimeWebhook {
@@ -307,6 +337,35 @@ func (o *Options) Config() (*Config, error) {
 		c.Controllers = map[string]Controller{"sandboxclaim-controller": ctl}
 	}
 	return c, nil
+}
+
+// tracerProvider sets the API server's TracerProvider (and traces its
+// loopback client) from TracerProvider, --tracing-endpoint or
+// --tracing-config-file, and returns it; nil when tracing is off.
+func (o *Options) tracerProvider(gc *genericapiserver.Config) (tracing.TracerProvider, error) {
+	tp := o.TracerProvider
+	if tp == nil && o.Tracing.Enabled() {
+		var err error
+		if tp, err = o.Tracing.Provider(context.Background(), "sandbox-apiserver"); err != nil {
+			return nil, fmt.Errorf("--tracing-endpoint: %w", err)
+		}
+	}
+	if tp == nil {
+		// --tracing-config-file, if set, sets the provider (and traces the
+		// loopback client) itself.
+		if err := o.TracingConfig.ApplyTo(nil, gc); err != nil {
+			return nil, err
+		}
+		if tracing.Off(gc.TracerProvider) {
+			return nil, nil
+		}
+		return gc.TracerProvider, nil
+	}
+	gc.TracerProvider = tp
+	if gc.LoopbackClientConfig != nil {
+		gc.LoopbackClientConfig.Wrap(componenttracing.WrapperFor(tp))
+	}
+	return tp, nil
 }
 
 // anonymous reports whether the server would authenticate nobody or

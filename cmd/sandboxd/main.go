@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net"
 	"os"
 	"os/signal"
@@ -12,9 +13,11 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"k8s.io/klog/v2"
 
 	"github.com/hearthvm/hearth/internal/serve"
+	"github.com/hearthvm/hearth/internal/tracing"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
 	"github.com/hearthvm/hearth/vmm/backends"
@@ -24,9 +27,11 @@ import (
 func main() {
 	o := node.NewOptions()
 	o.AddFlags(flag.CommandLine)
+	to := tracing.NewOptions()
+	to.AddGoFlags(flag.CommandLine)
 	klog.InitFlags(flag.CommandLine)
 	flag.Parse()
-	if err := run(o); err != nil {
+	if err := run(o, to); err != nil {
 		klog.ErrorS(err, "sandboxd failed")
 		klog.Flush()
 		os.Exit(1)
@@ -34,11 +39,14 @@ func main() {
 	klog.Flush()
 }
 
-func run(o *node.Options) error {
+func run(o *node.Options, to *tracing.Options) error {
 	if err := o.Complete(); err != nil {
 		return err
 	}
 	if err := o.Validate(); err != nil {
+		return err
+	}
+	if err := to.Validate(); err != nil {
 		return err
 	}
 	if o.WriteNodeToken != "" {
@@ -65,6 +73,12 @@ func run(o *node.Options) error {
 	}
 	cfg := o.Config(nodeToken, rootToken)
 	cfg.Driver = driver
+	tp, err := to.Provider(context.Background(), "sandboxd", attribute.String("k8s.node.name", o.NodeName))
+	if err != nil {
+		return fmt.Errorf("--tracing-endpoint: %w", err)
+	}
+	defer tracing.Shutdown(context.Background(), tp)
+	cfg.TracerProvider = tp
 	rc, err := o.PublishConfig()
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -119,6 +120,18 @@ func (o *Options) Provider(ctx context.Context, service string, attrs ...attribu
 	}
 	res := []resource.Option{resource.WithAttributes(append([]attribute.KeyValue{semconv.ServiceNameKey.String(service)}, attrs...)...)}
 	return componenttracing.NewProvider(ctx, o.config(), nil, res)
+}
+
+// Shutdown flushes and stops tp (nil: nothing), waiting at most 5 s for
+// the collector even once ctx has ended: a process's last spans are sent
+// as it stops.
+func Shutdown(ctx context.Context, tp TracerProvider) {
+	if tp == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = tp.Shutdown(ctx)
 }
 
 // Off reports whether tp records nothing: nil, or a no-op provider (the
