@@ -32,7 +32,7 @@ import (
 type logRing struct {
 	mu      sync.Mutex
 	max     int // bound in bytes (agentapi.MaxLogBytes)
-	entries []agentapi.LogEntry
+	entries []logEntry
 	head    int // index of the oldest entry
 	n       int // entries held
 	bytes   int
@@ -44,42 +44,93 @@ func newLogRing(max int) *logRing {
 	return &logRing{max: max, now: time.Now}
 }
 
+// logEntry is an entry as the ring holds it: 32 bytes and one pointer
+// (the message), so that a flood of short lines costs little to keep and
+// to collect; snapshot makes agentapi.LogEntry of it.
+type logEntry struct {
+	unixNano  int64
+	msg       string
+	pid       int32
+	event     logEvent
+	truncated bool
+}
+
+// logEvent is an agentapi.Log* event, as a byte.
+type logEvent uint8
+
+// logEvents are the events by logEvent.
+var logEvents = [...]string{agentapi.LogStart, agentapi.LogExit, agentapi.LogStdout, agentapi.LogStderr, agentapi.LogError}
+
+func eventOf(name string) logEvent {
+	for i, e := range logEvents {
+		if e == name {
+			return logEvent(i)
+		}
+	}
+	return logEvent(len(logEvents) - 1) // an error: no caller passes another name
+}
+
+// wire is e as the API serves it.
+func (e *logEntry) wire() agentapi.LogEntry {
+	event := logEvents[e.event]
+	level := agentapi.LogLevelInfo
+	if event == agentapi.LogError {
+		level = agentapi.LogLevelError
+	}
+	return agentapi.LogEntry{Time: time.Unix(0, e.unixNano).UTC(), Level: level, Event: event, Pid: int(e.pid), Message: e.msg, Truncated: e.truncated}
+}
+
 // entrySize is what e counts toward the bound.
-func entrySize(e *agentapi.LogEntry) int {
-	return len(e.Message) + agentapi.LogEntryOverhead
+func entrySize(e *logEntry) int {
+	return len(e.msg) + agentapi.LogEntryOverhead
+}
+
+// logLine is one message to add, and whether it was cut already.
+type logLine struct {
+	msg       string
+	truncated bool
 }
 
 // add appends an entry (the message cut at agentapi.MaxLogLine) and drops
 // the oldest ones beyond the bound.
 func (l *logRing) add(event string, pid int, msg string, truncated bool) {
-	if len(msg) > agentapi.MaxLogLine {
-		msg, truncated = cutUTF8(msg, agentapi.MaxLogLine), true
-	}
-	level := agentapi.LogLevelInfo
-	if event == agentapi.LogError {
-		level = agentapi.LogLevelError
-	}
+	l.addLines(event, pid, []logLine{{msg, truncated}})
+}
+
+// addLines is add for several lines of one event, under one lock and one
+// reading of the clock.
+func (l *logRing) addLines(event string, pid int, lines []logLine) {
+	ev := eventOf(event)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := agentapi.LogEntry{Time: l.now().UTC(), Level: level, Event: event, Pid: pid, Message: msg, Truncated: truncated}
+	now := l.now().UnixNano()
 	if n := l.n; n > 0 {
 		// Entries stay in time order even if the clock steps back.
-		if last := l.entries[(l.head+n-1)%len(l.entries)].Time; e.Time.Before(last) {
-			e.Time = last
-		}
+		now = max(now, l.entries[(l.head+n-1)%len(l.entries)].unixNano)
 	}
+	for _, ln := range lines {
+		msg, truncated := ln.msg, ln.truncated
+		if len(msg) > agentapi.MaxLogLine {
+			msg, truncated = cutUTF8(msg, agentapi.MaxLogLine), true
+		}
+		l.push(logEntry{unixNano: now, msg: msg, pid: int32(pid), event: ev, truncated: truncated})
+	}
+}
+
+// push appends e, dropping the oldest entries beyond the bound (l.mu held).
+func (l *logRing) push(e logEntry) {
 	size := entrySize(&e)
 	for l.n > 0 && l.bytes+size > l.max {
 		old := &l.entries[l.head]
 		l.bytes -= entrySize(old)
-		*old = agentapi.LogEntry{}
+		*old = logEntry{}
 		l.head = (l.head + 1) % len(l.entries)
 		l.n--
 		l.dropped++
 	}
 	if l.n == len(l.entries) {
 		// Grow: unroll the ring into a larger slice.
-		grown := make([]agentapi.LogEntry, max(16, 2*len(l.entries)))
+		grown := make([]logEntry, max(16, 2*len(l.entries)))
 		for i := range l.n {
 			grown[i] = l.entries[(l.head+i)%len(l.entries)]
 		}
@@ -94,12 +145,16 @@ func (l *logRing) add(event string, pid int, msg string, truncated bool) {
 // dropped entries.
 func (l *logRing) snapshot(q agentapi.LogsQuery) agentapi.Logs {
 	l.mu.Lock()
-	all := make([]agentapi.LogEntry, l.n)
+	held := make([]logEntry, l.n)
 	for i := range l.n {
-		all[i] = l.entries[(l.head+i)%len(l.entries)]
+		held[i] = l.entries[(l.head+i)%len(l.entries)]
 	}
 	dropped := l.dropped
 	l.mu.Unlock()
+	all := make([]agentapi.LogEntry, len(held))
+	for i := range held {
+		all[i] = held[i].wire()
+	}
 	return agentapi.Logs{Entries: q.Select(all), Dropped: dropped}
 }
 
@@ -130,6 +185,12 @@ type logLines struct {
 func (w *logLines) write(b []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	lines := make([]logLine, 0, max(1, min(bytes.Count(b, []byte{'\n'}), 256)))
+	defer func() {
+		if len(lines) > 0 {
+			w.log.addLines(w.event, w.pid, lines)
+		}
+	}()
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		chunk := b
@@ -143,7 +204,12 @@ func (w *logLines) write(b []byte) {
 		if i < 0 {
 			return
 		}
-		w.emit()
+		lines = append(lines, logLine{string(w.pending), w.cut})
+		w.pending, w.cut = w.pending[:0], false
+		if len(lines) == cap(lines) {
+			w.log.addLines(w.event, w.pid, lines)
+			lines = lines[:0]
+		}
 		b = b[i+1:]
 	}
 }
@@ -153,13 +219,9 @@ func (w *logLines) flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.pending) > 0 || w.cut {
-		w.emit()
+		w.log.add(w.event, w.pid, string(w.pending), w.cut)
+		w.pending, w.cut = w.pending[:0], false
 	}
-}
-
-func (w *logLines) emit() {
-	w.log.add(w.event, w.pid, string(w.pending), w.cut)
-	w.pending, w.cut = w.pending[:0], false
 }
 
 // commandLine renders a process's command for the log: its words, quoted

@@ -160,3 +160,18 @@ func TestCommandLine_QuotesWhatASpaceWouldSplit(t *testing.T) {
 		require.Equal(t, c.want, commandLine(c.cmd, c.args))
 	}
 }
+
+// BenchmarkLogLines measures what the log costs a process's output: a
+// flood of 2-byte lines (its worst case) and 80-byte ones.
+func BenchmarkLogLines(b *testing.B) {
+	for _, n := range []int{2, 80} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			w := &logLines{log: newLogRing(agentapi.MaxLogBytes), event: agentapi.LogStdout, pid: 1}
+			chunk := []byte(strings.Repeat(strings.Repeat("y", n-1)+"\n", 32<<10/n))
+			b.SetBytes(int64(len(chunk)))
+			for b.Loop() {
+				w.write(chunk)
+			}
+		})
+	}
+}
