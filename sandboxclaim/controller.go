@@ -22,6 +22,7 @@ import (
 	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/fleet"
 	"github.com/hearthvm/hearth/internal/elect"
+	"github.com/hearthvm/hearth/internal/kubeevents"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 	"github.com/hearthvm/hearth/sandbox"
@@ -56,7 +57,24 @@ type Config struct {
 	Identity                  string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Events records the claims' Kubernetes Events (Bound, ClaimFailed).
+	// Nil: Run starts one writing to REST's events.k8s.io/v1 as
+	// "hearth.dev/sandboxclaim-controller"; Reconcile alone records none.
+	Events *kubeevents.Recorder
 }
+
+// Event reasons on a SandboxClaim.
+const (
+	// EventBound: the claim took a warm microVM (the note names it and
+	// its node).
+	EventBound = "Bound"
+	// EventClaimFailed (Warning): the claim could not take one; the note
+	// starts with the Ready condition's reason (NoWarmCapacity — which a
+	// node's quota refusal is too —, WarmPoolNotFound, TemplateNotFound,
+	// InvalidClaim, ReconcilerError). Recorded when that reason or
+	// message changes, not on every retry.
+	EventClaimFailed = "ClaimFailed"
+)
 
 // Controller reconciles SandboxClaims.
 type Controller struct {
@@ -87,6 +105,14 @@ func New(cfg Config) (*Controller, error) {
 
 // Run reconciles until ctx ends, electing a leader first when cfg.Elect.
 func (c *Controller) Run(ctx context.Context) error {
+	if c.cfg.Events == nil {
+		rec, err := kubeevents.New(ctx, c.cfg.REST, "hearth.dev/sandboxclaim-controller")
+		if err != nil {
+			return err
+		}
+		defer rec.Shutdown()
+		c.cfg.Events = rec
+	}
 	if !c.cfg.Elect {
 		return c.loop(ctx)
 	}
@@ -208,7 +234,7 @@ func (c *Controller) claim(ctx context.Context, claim *extv1beta1.SandboxClaim, 
 	ref := claim.Namespace + "/" + claim.Name
 	req := nodeapi.ClaimRequest{ClaimRef: ref, TTLSeconds: TTLSeconds(claim, now), Env: Env(claim)}
 	if errs := req.Validate(); len(errs) > 0 {
-		meta.SetStatusCondition(&claim.Status.Conditions, NotReadyCondition(claim, ReasonInvalidClaim, errs.ToAggregate().Error()))
+		c.failed(claim, ReasonInvalidClaim, errs.ToAggregate().Error())
 		return 0, c.updateStatus(ctx, claim)
 	}
 	key, pol, reason, err := c.keyOf(ctx, claim)
@@ -216,7 +242,7 @@ func (c *Controller) claim(ctx context.Context, claim *extv1beta1.SandboxClaim, 
 		if reason == "" {
 			return 0, err // transient: retried with backoff
 		}
-		meta.SetStatusCondition(&claim.Status.Conditions, NotReadyCondition(claim, reason, err.Error()))
+		c.failed(claim, reason, err.Error())
 		return 5 * time.Second, c.updateStatus(ctx, claim)
 	}
 	req.Template, req.Net, req.Size = key.Template, key.Net, key.Size
@@ -232,17 +258,30 @@ func (c *Controller) claim(ctx context.Context, claim *extv1beta1.SandboxClaim, 
 	case errors.Is(err, nodeapi.ErrConflict):
 		return time.Second, nil // claimed already (a lost status write): bind on the next look
 	case errors.As(err, &noWarm):
-		meta.SetStatusCondition(&claim.Status.Conditions, NotReadyCondition(claim, ReasonNoWarmCapacity, err.Error()))
+		c.failed(claim, ReasonNoWarmCapacity, err.Error())
 		return time.Second, c.updateStatus(ctx, claim)
 	case err != nil:
-		meta.SetStatusCondition(&claim.Status.Conditions, NotReadyCondition(claim, ReasonReconcilerError, err.Error()))
+		c.failed(claim, ReasonReconcilerError, err.Error())
 		if uerr := c.updateStatus(ctx, claim); uerr != nil {
 			klog.ErrorS(uerr, "SandboxClaim status", "claim", ref)
 		}
 		return 0, err
 	}
 	klog.V(2).InfoS("SandboxClaim bound", "claim", ref, "id", sb.ID, "node", sb.Node)
+	c.cfg.Events.Eventf(claim, kubeevents.Normal, EventBound, "Claim", "Bound to sandbox %s (%s) on node %s", claim.Name, sb.ID, sb.Node)
 	return 0, c.bind(ctx, claim, sb)
+}
+
+// failed sets the claim's Ready condition False with reason and msg and,
+// when either changed, records a ClaimFailed event: a claim retried every
+// second for want of a warm microVM records one, not one per retry.
+func (c *Controller) failed(claim *extv1beta1.SandboxClaim, reason, msg string) {
+	cond := NotReadyCondition(claim, reason, msg)
+	old := meta.FindStatusCondition(claim.Status.Conditions, cond.Type)
+	if old == nil || old.Status != cond.Status || old.Reason != cond.Reason || old.Message != cond.Message {
+		c.cfg.Events.Eventf(claim, kubeevents.Warning, EventClaimFailed, "Claim", "%s: %s", reason, msg)
+	}
+	meta.SetStatusCondition(&claim.Status.Conditions, cond)
 }
 
 func (c *Controller) bind(ctx context.Context, claim *extv1beta1.SandboxClaim, sb nodeapi.Sandbox) error {

@@ -22,6 +22,11 @@
 // the claim's Ready False with reason ClaimExpired), and leader election
 // through a coordination Lease, like the warm-pool driver. It must not
 // import the node daemon; it claims through a fleet.
+//
+// Events (events.k8s.io/v1 through internal/kubeevents): Bound when a
+// claim takes a warm microVM, ClaimFailed (Warning) when its Ready
+// condition turns False or changes reason or message — one per change, not
+// per retry: a claim waiting a minute for warm capacity records one.
 package sandboxclaim
 
 import (
