@@ -1,9 +1,12 @@
 package kubectlsandbox
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 func TestRouterURL_TokenNeverInTheClearOffLoopback(t *testing.T) {
@@ -97,6 +100,45 @@ func TestParsePorts(t *testing.T) {
 		l, r, err := parsePorts(tc.arg)
 		if (err == nil) != tc.ok || l != tc.local || r != tc.remote {
 			t.Errorf("%q: %d %d %v, want %d %d ok=%v", tc.arg, l, r, err, tc.local, tc.remote, tc.ok)
+		}
+	}
+}
+
+// The krew manifest installs kubectl-sandbox on the four platforms the
+// release builds.
+func TestKrewManifest_FourPlatformsOfTheBinary(t *testing.T) {
+	b, err := os.ReadFile("../deploy/krew/sandbox.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		APIVersion, Kind string
+		Metadata         struct{ Name string }
+		Spec             struct {
+			Version, ShortDescription string
+			Platforms                 []struct {
+				Selector struct{ MatchLabels map[string]string } `json:"selector"`
+				URI, SHA256, Bin                                 string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "sandbox" || m.Spec.ShortDescription == "" {
+		t.Fatalf("manifest: %+v", m)
+	}
+	seen := map[string]bool{}
+	for _, p := range m.Spec.Platforms {
+		goos, arch := p.Selector.MatchLabels["os"], p.Selector.MatchLabels["arch"]
+		seen[goos+"/"+arch] = true
+		if p.Bin != "kubectl-sandbox" || len(p.SHA256) != 64 || !strings.HasSuffix(p.URI, "kubectl-sandbox_"+goos+"_"+arch+".tar.gz") {
+			t.Errorf("platform %s/%s: %+v", goos, arch, p)
+		}
+	}
+	for _, want := range []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"} {
+		if !seen[want] {
+			t.Errorf("no platform %s", want)
 		}
 	}
 }
