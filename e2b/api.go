@@ -77,6 +77,7 @@ func (g *gateway) routesMux() *http.ServeMux {
 	m.HandleFunc("DELETE /templates/{id}", g.handleDeleteSnapshot)
 	m.HandleFunc("GET /sandboxes/{id}/metrics", g.handleMetrics)
 	m.HandleFunc("GET /sandboxes/{id}/logs", g.handleLogs)
+	m.HandleFunc("GET /v2/sandboxes/{id}/logs", g.handleLogsV2)
 	m.HandleFunc("GET /templates", g.handleTemplates)
 	m.HandleFunc("GET /v2/templates", g.handleTemplates)
 	return m

@@ -75,6 +75,7 @@ func FuzzHandlers(f *testing.F) {
 		{"DELETE", "/templates/%2e%2e", "", ""},
 		{"GET", "/sandboxes/sb-x/metrics", "start=-1&end=x", ""},
 		{"GET", "/sandboxes/sb-x/logs", "start=-1&limit=x", ""},
+		{"GET", "/v2/sandboxes/sb-x/logs", "cursor=1&direction=backward&level=warn&search=%00", ""},
 	}
 	for _, s := range seeds {
 		f.Add(s.method, s.path, s.query, []byte(s.body))

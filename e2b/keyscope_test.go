@@ -64,7 +64,7 @@ func TestKeys_AKeySeesOnlyItsNamespace(t *testing.T) {
 			{"GET", "/sandboxes/" + id, ""}, {"DELETE", "/sandboxes/" + id, ""}, {"POST", "/sandboxes/" + id + "/pause", "{}"},
 			{"POST", "/v2/sandboxes/" + id + "/connect", `{"timeout":60}`}, {"POST", "/sandboxes/" + id + "/fork", "{}"},
 			{"POST", "/sandboxes/" + id + "/snapshots", "{}"}, {"GET", "/sandboxes/" + id + "/metrics", ""},
-			{"GET", "/sandboxes/" + id + "/logs", ""},
+			{"GET", "/sandboxes/" + id + "/logs", ""}, {"GET", "/v2/sandboxes/" + id + "/logs", ""},
 			{"POST", "/sandboxes/" + id + "/timeout", `{"timeout":60}`}, {"DELETE", "/templates/sn_1", ""},
 			{"POST", "/v2/sandboxes", `{"templateID":"sn_1"}`}, {"POST", "/v2/sandboxes", `{"templateID":"golden"}`},
 		} {
@@ -115,7 +115,7 @@ func TestKeys_KubernetesSandboxesAreE2bsOnlyWhenCreatedLabelled(t *testing.T) {
 			{"GET", "/sandboxes/" + id, ""}, {"DELETE", "/sandboxes/" + id, ""}, {"POST", "/sandboxes/" + id + "/pause", "{}"},
 			{"POST", "/v2/sandboxes/" + id + "/connect", `{"timeout":60}`}, {"POST", "/sandboxes/" + id + "/fork", "{}"},
 			{"POST", "/sandboxes/" + id + "/snapshots", "{}"}, {"GET", "/sandboxes/" + id + "/metrics", ""},
-			{"GET", "/sandboxes/" + id + "/logs", ""},
+			{"GET", "/sandboxes/" + id + "/logs", ""}, {"GET", "/v2/sandboxes/" + id + "/logs", ""},
 		} {
 			status, body := g.as(apiKey, c.method, c.path, c.body)
 			require.Equal(t, http.StatusNotFound, status, "%s: %s %s: %s", when, c.method, c.path, body)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hearthvm/hearth/agentapi"
@@ -19,6 +20,14 @@ import (
 // level, message, fields}] (fields: event, pid, and truncated for a line
 // cut at agentapi.MaxLogLine). A paused sandbox is a 409 (its agent does
 // not run); the log does not outlive the sandbox.
+//
+// e2b's v2 form (GET /v2/sandboxes/{id}/logs?cursor=&direction=&level=
+// &limit=&search=) answers {logs: [logEntry]}: cursor (unix
+// milliseconds) is where reading starts, forward (the default: the
+// entries at or after it, oldest first; no cursor: from the oldest) or
+// backward (at or before it, newest first; no cursor: from the newest);
+// level the least level kept (debug, info, warn, error); search a
+// case-sensitive substring of the message; limit as v1's.
 
 // defaultLogsLimit is e2b's default limit.
 const defaultLogsLimit = 1000
@@ -86,19 +95,108 @@ func (g *gateway) handleLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, e := range l.Entries {
-		ts := e.Time.UTC().Format(logTimeLayout)
-		out.Logs = append(out.Logs, sandboxLogJSON{Timestamp: ts, Line: e.Line()})
-		fields := map[string]string{"event": e.Event}
-		if e.Pid != 0 {
-			fields["pid"] = strconv.Itoa(e.Pid)
-		}
-		if e.Truncated {
-			fields["truncated"] = "true"
-		}
-		out.LogEntries = append(out.LogEntries, sandboxLogEntryJSON{Timestamp: ts, Level: e.Level, Message: e.Message, Fields: fields})
+		out.Logs = append(out.Logs, sandboxLogJSON{Timestamp: e.Time.UTC().Format(logTimeLayout), Line: e.Line()})
+		out.LogEntries = append(out.LogEntries, logEntryJSON(e))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
+// logEntryJSON is e as e2b's SandboxLogEntry.
+func logEntryJSON(e agentapi.LogEntry) sandboxLogEntryJSON {
+	fields := map[string]string{"event": e.Event}
+	if e.Pid != 0 {
+		fields["pid"] = strconv.Itoa(e.Pid)
+	}
+	if e.Truncated {
+		fields["truncated"] = "true"
+	}
+	return sandboxLogEntryJSON{Timestamp: e.Time.UTC().Format(logTimeLayout), Level: e.Level, Message: e.Message, Fields: fields}
+}
+
 // logTimeLayout keeps a log entry's milliseconds (start is in them).
 const logTimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// logLevels orders e2b's levels (LogLevel) for v2's level filter.
+var logLevels = map[string]int{"debug": 0, "info": 1, "warn": 2, "error": 3}
+
+type sandboxLogsV2JSON struct {
+	Logs []sandboxLogEntryJSON `json:"logs"`
+}
+
+func (g *gateway) handleLogsV2(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	limit := int64(defaultLogsLimit)
+	var cursor int64 = -1
+	for _, p := range []struct {
+		name string
+		to   *int64
+	}{{"cursor", &cursor}, {"limit", &limit}} {
+		if s := v.Get(p.name); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n < 0 {
+				writeError(w, http.StatusBadRequest, "%s %q is not a non-negative integer", p.name, s)
+				return
+			}
+			*p.to = n
+		}
+	}
+	backward := false
+	switch d := v.Get("direction"); d {
+	case "", "forward":
+	case "backward":
+		backward = true
+	default:
+		writeError(w, http.StatusBadRequest, "direction %q is not forward or backward", d)
+		return
+	}
+	least := 0
+	if lv := v.Get("level"); lv != "" {
+		n, ok := logLevels[lv]
+		if !ok {
+			writeError(w, http.StatusBadRequest, "level %q is not debug, info, warn or error", lv)
+			return
+		}
+		least = n
+	}
+	search := v.Get("search")
+	s, ok := g.sandboxFor(w, r)
+	if !ok {
+		return
+	}
+	out := sandboxLogsV2JSON{Logs: []sandboxLogEntryJSON{}}
+	if limit == 0 {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	// The whole log (at most agentapi.MaxLogBytes) is read and filtered
+	// here: level and search are not the agent's.
+	var q agentapi.LogsQuery
+	if cursor >= 0 && !backward {
+		q.Since = time.UnixMilli(cursor)
+	}
+	l, err := g.fleet.Logs(r.Context(), s, q)
+	if err != nil {
+		failSandbox(w, r, err)
+		return
+	}
+	keep := func(e agentapi.LogEntry) bool {
+		if backward && cursor >= 0 && e.Time.After(time.UnixMilli(cursor)) {
+			return false
+		}
+		return logLevels[e.Level] >= least && strings.Contains(e.Message, search)
+	}
+	for i := range l.Entries {
+		e := l.Entries[i]
+		if backward {
+			e = l.Entries[len(l.Entries)-1-i]
+		}
+		if !keep(e) {
+			continue
+		}
+		out.Logs = append(out.Logs, logEntryJSON(e))
+		if int64(len(out.Logs)) >= limit {
+			break
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -68,3 +68,42 @@ func TestLogs_ServesTheAgentsLogInE2BsShape(t *testing.T) {
 	status, _ = g.raw("GET", "/sandboxes/"+s.SandboxID+"/logs", nil, map[string]string{"X-API-KEY": "wrong"})
 	require.Equal(t, http.StatusUnauthorized, status)
 }
+
+// TestLogsV2_CursorDirectionLevelSearchAndLimit: e2b's v2 logs read
+// forward from a cursor or backward (newest first), keep the levels at or
+// above level and the messages holding search.
+func TestLogsV2_CursorDirectionLevelSearchAndLimit(t *testing.T) {
+	g := startGateway(t)
+	s := g.create(map[string]any{"templateID": "rt"})
+	code, _, _ := g.run(s.SandboxID, *s.EnvdAccessToken, "echo alpha; echo beta; echo gamma")
+	require.Equal(t, 200, code)
+	messages := func(q string) []string {
+		t.Helper()
+		var out sandboxLogsV2JSON
+		resp, b := g.call("GET", "/v2/sandboxes/"+s.SandboxID+"/logs"+q, nil, &out)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		var m []string
+		for _, e := range out.Logs {
+			m = append(m, e.Message)
+		}
+		return m
+	}
+	all := messages("")
+	require.Len(t, all, 5) // start, alpha, beta, gamma, exit
+	require.Equal(t, []string{"alpha", "beta", "gamma"}, all[1:4])
+	require.Equal(t, []string{"exit status 0", "gamma"}, messages("?direction=backward&limit=2"))
+	require.Equal(t, []string{"gamma"}, messages("?search=gam&direction=backward&limit=1"))
+	require.Equal(t, []string{"/bin/bash -c \"echo alpha; echo beta; echo gamma\"", "beta"}, messages("?search=beta"))
+	require.Empty(t, messages("?level=warn"))
+	require.Len(t, messages("?level=info"), 5)
+	future := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	require.Empty(t, messages("?cursor="+future))
+	require.Len(t, messages("?direction=backward&cursor="+future), 5)
+	require.Empty(t, messages("?direction=backward&cursor=0"))
+	for _, q := range []string{"?direction=up", "?level=trace", "?cursor=-5", "?limit=x"} {
+		resp, b := g.call("GET", "/v2/sandboxes/"+s.SandboxID+"/logs"+q, nil, nil)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", q, b)
+	}
+	resp, _ := g.call("GET", "/v2/sandboxes/sbnope/logs", nil, nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
