@@ -1,11 +1,16 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/hearthvm/hearth/internal/kubeevents"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/pool"
 )
@@ -49,4 +54,48 @@ func TestEventState_RecordsChangesNotStates(t *testing.T) {
 		}
 		require.Equal(t, st.want, got, fmt.Sprintf("step %q", st.name))
 	}
+}
+
+// The etcd writes the warm-pool controller's events cost per 1,000 claims
+// (docs/OPERATIONS.md#events): 1,000 claims from a pool of 20 over 200
+// ticks, each other tick finding it drained by 10 and the next refilled,
+// are 200 fill changes — FillStarted and FillFinished each a series — and cost 4
+// writes (two creates, two series starts), not one per claim or per tick.
+func TestEvents_WritesPer1000Claims(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := fake.NewClientset()
+	rec := kubeevents.NewForSink(ctx, cs.EventsV1(), "hearth.dev/warm-pool-controller")
+	defer rec.Shutdown()
+	ref := pool.Ref{Namespace: "default", Name: "rt"}
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion("extensions.agents.x-k8s.io/v1beta1")
+	obj.SetKind("SandboxWarmPool")
+	obj.SetNamespace("default")
+	obj.SetName("rt")
+	obj.SetUID("u1")
+	c := &Controller{cfg: Config{Events: rec}}
+	pools := []listedPool{{wp: pool.WarmPool{Ref: ref, Replicas: 20, Template: "rt"}, obj: obj}}
+	recorded, claims := 0, 0
+	for tick := range 200 {
+		observed := int32(20)
+		if tick%2 == 0 {
+			observed -= 10 // 10 claims since the last tick
+			claims += 10
+		}
+		evs := c.events.next(tickView{pools: []pool.WarmPool{pools[0].wp}, keys: map[pool.Ref]pool.Key{ref: {Template: "img"}},
+			observed: map[pool.Ref]int32{ref: observed}})
+		recorded += len(evs)
+		c.record(evs, pools, nil)
+	}
+	require.Equal(t, 1000, claims)
+	require.Equal(t, 200, recorded)
+	deadline := time.Now().Add(10 * time.Second)
+	for rec.Writes() < 4 {
+		require.True(t, time.Now().Before(deadline), "writes %d", rec.Writes())
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // a bounded window for a wrong extra write
+	t.Logf("%d claims, %d fill changes recorded: %d event writes", claims, recorded, rec.Writes())
+	require.Equal(t, int64(4), rec.Writes())
 }
