@@ -212,6 +212,11 @@ func TestProxy_InternalAgentPathsAreNotServed(t *testing.T) {
 		status, body := send(t, g.url, "POST", p, "", hdr)
 		requireJSONError(t, http.StatusNotFound, status, []byte(body))
 	}
+	// The log is the node's to read (the control plane serves it).
+	for _, p := range []string{agentapi.LogsPath, "/hearth/logs?tail=1", "//hearth/logs"} {
+		status, body := send(t, g.url, "GET", p, "", hdr)
+		requireJSONError(t, http.StatusNotFound, status, []byte(body))
+	}
 	status, out, _ := g.run(s.SandboxID, *s.EnvdAccessToken, "echo still-mine")
 	require.Equal(t, 200, status)
 	require.Equal(t, "still-mine\n", out, "the sandbox's token is unchanged")
