@@ -20,9 +20,15 @@
 //
 // An owner filter (OpenOwner) is the same filter for a VM whose network is
 // a host process of its own uid (qemu's passt) in a namespace it shares:
-// its table, OwnerTable(uid), lets every packet not sent by a socket of
-// that uid pass and holds that uid's to the policies as above (loopback
-// included in what passes: the host's own addresses are the caller's to
-// guard); it outlives the process and Delete removes it.
-// TestOpenOwner_FiltersOnlyItsUid probes as two uids and as root.
+// its chains and sets live in one table for all uids, OwnerTable, whose
+// output chain looks the sending socket's uid up in a verdict map and
+// jumps to that uid's chains — one lookup per packet however many VMs
+// (500 filters add 0.8 µs to a loopback UDP send; a table per uid, a hook
+// each, had added 69 µs). Every other packet passes; the uid's are held
+// to the policies as above (loopback included in what passes: the host's
+// own addresses are the caller's to guard). Prepare makes a new
+// generation of the uid's chains and switches the map to it in one
+// transaction; the chains outlive the process, a new Filter of the uid
+// takes them over, Delete removes them. TestOpenOwner_FiltersOnlyItsUid
+// probes as two uids and as root.
 package nft

@@ -3,7 +3,9 @@ package nft
 import (
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,9 +22,14 @@ import (
 // in, one per sandbox network namespace (or per VM path).
 const Table = "hearth_egress"
 
-// OwnerTable is the table of the filter OpenOwner opens for uid: one per
-// uid in the namespace they share (the host's), Table's name and the uid.
-func OwnerTable(uid uint32) string { return fmt.Sprintf("%s_u%d", Table, uid) }
+// OwnerTable is the table (family inet) of the owner filters (OpenOwner)
+// of a namespace: one hooked chain whose verdict map (ownersMap, by the
+// sending socket's uid) jumps to each uid's chains, so a packet costs one
+// lookup however many uids have a filter.
+const OwnerTable = "hearth_egress_owners"
+
+// ownersMap is OwnerTable's verdict map: uid → jump to its filter's chain.
+const ownersMap = "owners"
 
 // Options places the filter.
 type Options struct {
@@ -83,32 +90,40 @@ func (f *Filter) Prepare(o Options) error {
 	defer f.mu.Unlock()
 	c := f.c
 	t := &nftables.Table{Name: f.table, Family: nftables.TableFamilyINet}
-	if _, err := c.ListTableOfFamily(f.table, nftables.TableFamilyINet); err == nil {
-		c.DelTable(t)
-	}
-	t = c.AddTable(t)
 	hook := nftables.ChainHookOutput
 	if o.Hook == "forward" {
 		hook = nftables.ChainHookForward
 	}
-	deny := c.AddChain(&nftables.Chain{Name: "deny", Table: t})
-	c.AddRule(&nftables.Rule{Table: t, Chain: deny, Exprs: append(l4proto(unix.IPPROTO_TCP), &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})})
-	c.AddRule(&nftables.Rule{Table: t, Chain: deny, Exprs: []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}})
-	pool := c.AddChain(&nftables.Chain{Name: poolChain, Table: t})
+	var ch *nftables.Chain
+	var old ownerObjects
+	if f.owner < 0 {
+		if _, err := c.ListTableOfFamily(f.table, nftables.TableFamilyINet); err == nil {
+			c.DelTable(t)
+		}
+		t = c.AddTable(t)
+		addDeny(c, t)
+		accept := nftables.ChainPolicyAccept
+		ch = c.AddChain(&nftables.Chain{Name: "egress", Table: t, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	} else {
+		hook = nftables.ChainHookOutput
+		if err := f.ownerSkeleton(); err != nil {
+			return err
+		}
+		var err error
+		if old, err = f.ownerObjects(); err != nil {
+			return err
+		}
+		f.prefix = fmt.Sprintf("u%dg%08x_", f.owner, rand.Uint32())
+		ch = c.AddChain(&nftables.Chain{Name: f.prefix + "egress", Table: t})
+	}
+	pool := c.AddChain(&nftables.Chain{Name: f.prefix + poolChain, Table: t})
 	if o.Pool != nil {
-		if err := fill(c, t, pool, o.Pool, poolSets, true); err != nil {
+		if err := fill(c, t, pool, o.Pool, f.prefix+poolSets, true); err != nil {
 			return err
 		}
 	}
-	c.AddChain(&nftables.Chain{Name: rulesChain, Table: t})
-	accept := nftables.ChainPolicyAccept
-	ch := c.AddChain(&nftables.Chain{Name: "egress", Table: t, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	c.AddChain(&nftables.Chain{Name: f.prefix + rulesChain, Table: t})
 	add := func(exprs ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs}) }
-	if f.owner >= 0 {
-		uid := make([]byte, 4)
-		binary.NativeEndian.PutUint32(uid, uint32(f.owner))
-		add(&expr.Meta{Key: expr.MetaKeySKUID, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: uid}, verdict(egress.Allow))
-	}
 	if hook == nftables.ChainHookOutput {
 		add(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")}, verdict(egress.Allow))
 	}
@@ -119,12 +134,118 @@ func (f *Filter) Prepare(o Options) error {
 			add(append(exprs, verdict(egress.Allow))...)
 		}
 	}
-	add(&expr.Verdict{Kind: expr.VerdictJump, Chain: poolChain})
-	add(&expr.Verdict{Kind: expr.VerdictJump, Chain: rulesChain})
+	add(&expr.Verdict{Kind: expr.VerdictJump, Chain: f.prefix + poolChain})
+	add(&expr.Verdict{Kind: expr.VerdictJump, Chain: f.prefix + rulesChain})
+	if f.owner >= 0 {
+		// The uid's packets go to the new chains and the old ones go, in
+		// this one transaction: no packet of the uid passes unfiltered.
+		m := &nftables.Set{Table: t, Name: ownersMap, IsMap: true, KeyType: nftables.TypeUID, DataType: nftables.TypeVerdict}
+		if len(old.chains) > 0 {
+			if err := c.SetDeleteElements(m, []nftables.SetElement{{Key: f.uidKey()}}); err != nil {
+				return err
+			}
+		}
+		if err := c.SetAddElements(m, []nftables.SetElement{{Key: f.uidKey(), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}}); err != nil {
+			return err
+		}
+		old.delete(c)
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("egress: preparing the filter: %w", err)
 	}
 	return nil
+}
+
+// addDeny adds t's deny chain: it rejects at once.
+func addDeny(c *nftables.Conn, t *nftables.Table) {
+	deny := c.AddChain(&nftables.Chain{Name: "deny", Table: t})
+	c.AddRule(&nftables.Rule{Table: t, Chain: deny, Exprs: append(l4proto(unix.IPPROTO_TCP), &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})})
+	c.AddRule(&nftables.Rule{Table: t, Chain: deny, Exprs: []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}})
+}
+
+// ownerSkeletonMu serializes the owner table's creation in this process.
+var ownerSkeletonMu sync.Mutex
+
+// ownerSkeleton creates OwnerTable in f's namespace unless it is there, in
+// one transaction: the deny chain, the verdict map, and the output chain
+// that looks up the sending socket's uid in it.
+func (f *Filter) ownerSkeleton() error {
+	ownerSkeletonMu.Lock()
+	defer ownerSkeletonMu.Unlock()
+	c := f.c
+	if _, err := c.ListTableOfFamily(f.table, nftables.TableFamilyINet); err == nil {
+		return nil
+	}
+	t := c.AddTable(&nftables.Table{Name: f.table, Family: nftables.TableFamilyINet})
+	addDeny(c, t)
+	m := &nftables.Set{Table: t, ID: setID(), Name: ownersMap, IsMap: true, KeyType: nftables.TypeUID, DataType: nftables.TypeVerdict}
+	if err := c.AddSet(m, nil); err != nil {
+		return err
+	}
+	accept := nftables.ChainPolicyAccept
+	ch := c.AddChain(&nftables.Chain{Name: "egress", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: m.Name, SetID: m.ID, DestRegister: 0, IsDestRegSet: true},
+	}})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("egress: creating table %s: %w", f.table, err)
+	}
+	return nil
+}
+
+func (f *Filter) uidKey() []byte {
+	b := make([]byte, 4)
+	binary.NativeEndian.PutUint32(b, uint32(f.owner))
+	return b
+}
+
+// ownerObjects are an owner filter's chains and named sets in OwnerTable
+// (all generations: their names start with "u<uid>g").
+type ownerObjects struct {
+	chains []*nftables.Chain
+	sets   []*nftables.Set
+}
+
+func (f *Filter) ownerObjects() (ownerObjects, error) {
+	var o ownerObjects
+	mine := fmt.Sprintf("u%dg", f.owner)
+	chains, err := f.c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return o, fmt.Errorf("egress: listing chains: %w", err)
+	}
+	for _, ch := range chains {
+		if ch.Table.Name == f.table && strings.HasPrefix(ch.Name, mine) {
+			o.chains = append(o.chains, ch)
+		}
+	}
+	if len(o.chains) == 0 {
+		return o, nil
+	}
+	sets, err := f.c.GetSets(&nftables.Table{Name: f.table, Family: nftables.TableFamilyINet})
+	if err != nil {
+		return o, fmt.Errorf("egress: listing sets: %w", err)
+	}
+	for _, s := range sets {
+		if strings.HasPrefix(s.Name, mine) {
+			o.sets = append(o.sets, s)
+		}
+	}
+	return o, nil
+}
+
+// delete removes the objects (the caller removed the map's jump to them):
+// every chain's rules first, so nothing refers to a chain or set deleted.
+func (o ownerObjects) delete(c *nftables.Conn) {
+	for _, ch := range o.chains {
+		c.FlushChain(ch)
+	}
+	for _, ch := range o.chains {
+		c.DelChain(ch)
+	}
+	for _, s := range o.sets {
+		c.DelSet(s)
+	}
 }
 
 // fill adds p's lines (compile) to chain ch, then Otherwise. In the pool
@@ -171,7 +292,7 @@ func (f *Filter) Apply(p *egress.Policy) error {
 	defer f.mu.Unlock()
 	c := f.c
 	t := &nftables.Table{Name: f.table, Family: nftables.TableFamilyINet}
-	if err := fill(c, t, &nftables.Chain{Name: rulesChain, Table: t}, p, claimSets, false); err != nil {
+	if err := fill(c, t, &nftables.Chain{Name: f.prefix + rulesChain, Table: t}, p, f.prefix+claimSets, false); err != nil {
 		return err
 	}
 	if err := c.Flush(); err != nil {
@@ -418,7 +539,7 @@ func (f *Filter) Pin(set string, addrs []netip.Addr, ttl time.Duration) error {
 		if len(fam.els) == 0 {
 			continue
 		}
-		name := set + "_" + map[bool]string{true: "v4", false: "v6"}[fam.v4]
+		name := f.prefix + set + "_" + map[bool]string{true: "v4", false: "v6"}[fam.v4]
 		if err := c.SetAddElements(&nftables.Set{Table: t, Name: name, KeyType: keyType(fam.v4), HasTimeout: true}, fam.els); err != nil {
 			return err
 		}
@@ -438,6 +559,9 @@ type Filter struct {
 	c     *nftables.Conn
 	table string
 	owner int64 // the uid whose packets an owner filter sees; -1: every packet
+	// prefix starts the names of an owner filter's chains and sets:
+	// "u<uid>g<generation>_" (a new generation per Prepare); "" otherwise.
+	prefix string
 }
 
 // Open opens the filter of the network namespace behind nsfd (-1: the
@@ -455,31 +579,62 @@ func Open(nsfd int) (*Filter, error) {
 }
 
 // OpenOwner opens the owner filter of uid in the network namespace behind
-// nsfd (-1: the caller's): its table, OwnerTable(uid), filters only the
-// packets that sockets of uid send (meta skuid) — a VM whose network is a
-// host process running as its own uid (qemu's passt) shares the host's
-// namespace with everything else. Hook "output" (its packets are locally
-// generated). Its table outlives the process: Delete removes it.
+// nsfd (-1: the caller's): chains in OwnerTable that only the packets that
+// sockets of uid send reach (meta skuid, through the table's verdict map)
+// — for a VM whose network is a host process running as its own uid
+// (qemu's passt), which shares the host's namespace with everything else.
+// Hook "output" (its packets are locally generated). Its chains outlive
+// the process: a new Filter of the uid takes them over, Delete removes
+// them.
 func OpenOwner(nsfd int, uid uint32) (*Filter, error) {
 	f, err := Open(nsfd)
 	if err != nil {
 		return nil, err
 	}
-	f.table, f.owner = OwnerTable(uid), int64(uid)
+	f.table, f.owner = OwnerTable, int64(uid)
+	if _, err := f.c.ListTableOfFamily(f.table, nftables.TableFamilyINet); err == nil {
+		old, err := f.ownerObjects()
+		if err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+		for _, ch := range old.chains {
+			if p, ok := strings.CutSuffix(ch.Name, "egress"); ok {
+				f.prefix = p
+			}
+		}
+	}
 	return f, nil
 }
 
-// Delete removes f's table, if there is one (an owner filter's, as its VM
-// ends).
+// Delete removes f's filter: a namespace's table, or an owner filter's
+// chains and sets and its uid's entry in the verdict map (its VM ended).
 func (f *Filter) Delete() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	t := &nftables.Table{Name: f.table, Family: nftables.TableFamilyINet}
 	if _, err := f.c.ListTableOfFamily(f.table, nftables.TableFamilyINet); err != nil {
 		return nil
 	}
-	f.c.DelTable(&nftables.Table{Name: f.table, Family: nftables.TableFamilyINet})
+	if f.owner < 0 {
+		f.c.DelTable(t)
+	} else {
+		old, err := f.ownerObjects()
+		if err != nil {
+			return err
+		}
+		if len(old.chains) == 0 {
+			return nil
+		}
+		m := &nftables.Set{Table: t, Name: ownersMap, IsMap: true, KeyType: nftables.TypeUID, DataType: nftables.TypeVerdict}
+		if err := f.c.SetDeleteElements(m, []nftables.SetElement{{Key: f.uidKey()}}); err != nil {
+			return err
+		}
+		old.delete(f.c)
+		f.prefix = ""
+	}
 	if err := f.c.Flush(); err != nil {
-		return fmt.Errorf("egress: deleting table %s: %w", f.table, err)
+		return fmt.Errorf("egress: deleting the filter: %w", err)
 	}
 	return nil
 }

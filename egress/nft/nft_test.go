@@ -361,15 +361,51 @@ func TestOpenOwner_FiltersOnlyItsUid(t *testing.T) {
 	if got := n.probe(t, egress.TCP, "203.0.113.200", 80); got != egress.Allow {
 		t.Errorf("root to 203.0.113.200: %s, want allow (no owner filter of its uid)", got)
 	}
+	// A new Filter of a (a restarted node) takes its chains over: Prepare
+	// replaces them (the new policy holds, nothing of the old), Pin finds
+	// its domain sets, b's filter is untouched.
 	f, err := OpenOwner(nsfd, a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	if err := f.Prepare(Options{Pool: &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{{Action: egress.Deny, CIDR: "203.0.113.200"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Apply(&egress.Policy{Otherwise: egress.Deny, Rules: []egress.Rule{{Action: egress.Allow, Domain: "allowed.test"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range SetsFor(nil, &egress.Policy{Rules: []egress.Rule{{Action: egress.Allow, Domain: "allowed.test"}}}, "allowed.test") {
+		g, err := OpenOwner(nsfd, a) // a third process: finds the sets
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Pin(set, []netip.Addr{netip.MustParseAddr("203.0.113.8")}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		g.Close()
+	}
+	for _, c := range []struct {
+		uid  int
+		addr string
+		want egress.Action
+	}{
+		{a, "203.0.113.7:80", egress.Deny},
+		{a, "203.0.113.8:80", egress.Allow},
+		{b, "203.0.113.8:80", egress.Allow},
+		{b, "203.0.113.7:80", egress.Deny},
+	} {
+		if got := probeAs(c.uid, c.addr); got != c.want {
+			t.Errorf("after a's new Prepare: uid %d to %s: %s, want %s", c.uid, c.addr, got, c.want)
+		}
+	}
 	if err := f.Delete(); err != nil {
 		t.Fatal(err)
 	}
-	if got := probeAs(a, "203.0.113.8:80"); got != egress.Allow {
+	if got := probeAs(a, "203.0.113.7:80"); got != egress.Allow {
 		t.Errorf("uid %d after Delete: %s, want allow", a, got)
+	}
+	if got := probeAs(b, "203.0.113.7:80"); got != egress.Deny {
+		t.Errorf("uid %d after a's Delete: %s, want deny", b, got)
 	}
 }

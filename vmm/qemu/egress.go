@@ -23,11 +23,11 @@ import (
 // its own from [EgressUID, EgressUID+EgressUIDs), allocated as the VM is
 // made (Boot, Clone), kept in its run directory (egress-uid) so a stop
 // and Restore reuse it, and released by Destroy. The VM's filter is an
-// owner filter of package egress/nft in the host's namespace (table
-// inet hearth_egress_u<uid>: the pool's policy as it boots, the claim's
-// added by SetEgress, both recorded in vm.json and installed again before
-// passt starts on a Restore), holding every packet passt sends for the
-// guest to the policies.
+// owner filter of package egress/nft in the host's namespace (chains of
+// the uid in table inet hearth_egress_owners: the pool's policy as it
+// boots, the claim's added by SetEgress, both recorded in vm.json and
+// installed again before passt starts on a Restore), holding every packet
+// passt sends for the guest to the policies.
 //
 // DNS: passt forwards the guest's queries (to 10.0.2.3) to the host's
 // first nameserver (hostDNS; passt drops a loopback one under

@@ -34,9 +34,10 @@
 //     give the guest 10.0.2.15/24 via 10.0.2.2, DNS 10.0.2.3, so
 //     checkpoints clone onto either.
 //   - Egress policies (vmm.EgressEnforcer; egress.go): each egress VM's
-//     filter is a package egress/nft owner filter in the host's namespace,
-//     table inet hearth_egress_u<uid>, holding every packet its passt
-//     sends to the pool's policy (Spec.Egress, installed before passt
+//     filter is a package egress/nft owner filter in the host's
+//     namespace, table inet hearth_egress_owners (chains per uid, reached
+//     through a verdict map by the sending socket's uid), holding every
+//     packet its passt sends to the pool's policy (Spec.Egress, installed before passt
 //     starts) and the claim's (SetEgress: additions only; recorded in
 //     vm.json and installed again before a restored guest runs). The
 //     guest's DNS reaches the VM's own resolver (package egress/resolver,
@@ -80,9 +81,9 @@
 //     the guest keeps the clone's token.
 //
 // The driver owns only processes and files under Root, the checkpoint
-// directories callers name, the nftables tables inet hearth_qemu and
-// inet hearth_egress_u<uid> of its uid range, and its resolvers'
-// addresses 127.78.x.y:53; it
+// directories callers name, the nftables table inet hearth_qemu and the
+// chains and map entries of its uid range in inet hearth_egress_owners,
+// and its resolvers' addresses 127.78.x.y:53; it
 // never decides which VM is warm or claimed. Base images must not change
 // while a VM or checkpoint uses them.
 package qemu
