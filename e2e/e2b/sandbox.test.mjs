@@ -143,6 +143,28 @@ test('envs set at create survive a pause without memory (the guest restarts from
   }
 })
 
+// The sandbox log (docs/API.md#sandbox-logs) of a real sandbox, read
+// through e2b's logs endpoint (the SDK has no call for it): a command's
+// start, output lines and exit are there; the create's envs and the
+// command's envs are not.
+test('the sandbox log records commands and their output, never their envs', async () => {
+  const sbx = await Sandbox.create(template, { timeoutMs: 120_000, envs: { HEARTH_LOG_CREATE: 'create-secret-value' } })
+  try {
+    const r = await run(sbx, 'echo logged-out; echo logged-err >&2', { envs: { HEARTH_LOG_RUN: 'run-secret-value' } })
+    assert.equal(r.exitCode, 0)
+    const resp = await fetch(`${process.env.E2B_API_URL}/sandboxes/${sbx.sandboxId}/logs`, { headers: { 'X-API-KEY': process.env.E2B_API_KEY } })
+    const body = await resp.text()
+    assert.equal(resp.status, 200, body)
+    const lines = JSON.parse(body).logs.map((l) => l.line)
+    assert.ok(lines.some((l) => l.startsWith('[start pid ') && l.includes('echo logged-out')), body)
+    assert.ok(lines.includes('logged-out') && lines.includes('logged-err'), body)
+    assert.ok(lines.some((l) => l.startsWith('[exit pid ') && l.endsWith('exit status 0')), body)
+    assert.ok(!body.includes('secret-value') && !body.includes('HEARTH_LOG_'), body)
+  } finally {
+    await sbx.kill().catch(() => {})
+  }
+})
+
 // e2b's host addressing: with the gateway's domain set (HEARTH_E2B_DOMAIN,
 // sandbox-dev --e2b-domain) and the name pointed at the gateway (here: the
 // Host header on E2B_API_URL), <port>-<id>.<domain> reaches a web server in
