@@ -14,7 +14,8 @@ import (
 // TestEgress_GuestReachesOnlyWhatItsPolicyAllows: a guest on the egress
 // lane claimed under "deny everything but one address and one name"
 // reaches that address and, once its resolver answered the name, the
-// name's address, and not another address of the same network. The same
+// name's address, and not another address of the same network nor the
+// port its pool's policy denies. The same
 // holds after a stop and Restore before anyone calls SetEgress again (the
 // policy is installed before the guest runs). Under a policy of names
 // alone its resolver refuses any other name (the test network's DNS
@@ -31,7 +32,10 @@ func TestEgress_GuestReachesOnlyWhatItsPolicyAllows(t *testing.T) {
 	d.o.DNS = []string{testnet.DNSAddr + ":53"}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	h, err := d.Boot(ctx, vmm.Spec{ID: "policed", Net: "egress", Size: "small", Token: "tok-policed"})
+	// The pool's policy (installed at boot) denies the allowed address's
+	// port 443: a packet leaves only if both policies allow it.
+	pool := &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{{Action: egress.Deny, CIDR: allowed, Ports: []egress.Port{{Port: 443}}}}}
+	h, err := d.Boot(ctx, vmm.Spec{ID: "policed", Net: "egress", Size: "small", Token: "tok-policed", Egress: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +56,8 @@ func TestEgress_GuestReachesOnlyWhatItsPolicyAllows(t *testing.T) {
 		if !strings.Contains(out, named) {
 			t.Errorf("%s: the guest's resolver did not answer named.test:\n%s", when, out)
 		}
-		got := probes(t, h, []string{allowed + ":80", named + ":80", other + ":80", other + ":443"})
-		for tg, want := range map[string]string{allowed + ":80": "open", named + ":80": "open", other + ":80": "closed", other + ":443": "closed"} {
+		got := probes(t, h, []string{allowed + ":80", allowed + ":443", named + ":80", other + ":80", other + ":443"})
+		for tg, want := range map[string]string{allowed + ":80": "open", allowed + ":443": "closed", named + ":80": "open", other + ":80": "closed", other + ":443": "closed"} {
 			if got[tg] != want {
 				t.Errorf("%s: %s is %s, want %s", when, tg, got[tg], want)
 			}
