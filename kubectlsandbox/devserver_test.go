@@ -71,6 +71,7 @@ func startDev(t *testing.T) devserver.Ready {
 	case r := <-readyCh:
 		return r
 	case err := <-done:
+		done <- err // for the cleanup
 		t.Fatalf("devserver stopped before ready: %v", err)
 	case <-time.After(3 * time.Minute): // includes building the agent once
 		t.Fatal("devserver not ready")
@@ -198,7 +199,14 @@ func TestPlugin_AgainstSandboxDev(t *testing.T) {
 		if ents, _ := os.ReadDir(into); len(ents) != 1 {
 			t.Errorf("after a failed copy the directory holds %d entries, want 1 (no partial file)", len(ents))
 		}
-		if err := readonly.CopyTo(ctx, src, "demo", "ro.bin"); !errors.As(err, &se) || se.Code != http.StatusForbidden {
+		// The refusal comes back as such, not as a connection reset while
+		// the body is still being sent (the gateway reads none of a
+		// refused request's body): cp asks to continue first.
+		big := filepath.Join(dir, "big.bin")
+		if err := os.WriteFile(big, make([]byte, 4<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := readonly.CopyTo(ctx, big, "demo", "ro.bin"); !errors.As(err, &se) || se.Code != http.StatusForbidden {
 			t.Errorf("read-only cp: %v, want 403", err)
 		}
 	})
@@ -307,6 +315,21 @@ func TestPlugin_AgainstSandboxDev(t *testing.T) {
 		}
 	})
 
+	t.Run("logs", func(t *testing.T) {
+		var buf bytes.Buffer
+		tail := int64(5)
+		if err := admin.Logs(ctx, "demo", sandbox.SandboxLogOptions{TailLines: &tail, Timestamps: true}, &buf); err != nil {
+			t.Fatalf("logs: %v", err)
+		}
+		if err := admin.Logs(ctx, "missing", sandbox.SandboxLogOptions{}, &buf); !apierrors.IsNotFound(err) {
+			t.Errorf("logs of a missing sandbox: %v, want 404", err)
+		}
+		bad := int64(-1)
+		if err := admin.Logs(ctx, "demo", sandbox.SandboxLogOptions{SinceSeconds: &bad}, &buf); !apierrors.IsBadRequest(err) {
+			t.Errorf("logs with a negative sinceSeconds: %v, want 400", err)
+		}
+	})
+
 	// The binary, as kubectl runs it: `kubectl sandbox` finds
 	// kubectl-sandbox on PATH — this test binary, which is Run (all of
 	// cmd/kubectl-sandbox's main) when pluginEnv is set; its flags are
@@ -347,6 +370,9 @@ func TestPlugin_AgainstSandboxDev(t *testing.T) {
 		}
 		if o, e, code := run("sandbox", "resume", "demo"); code != 0 || o != "sandbox.agents.x-k8s.io/demo resumed\n" {
 			t.Errorf("kubectl sandbox resume: %q %q exit %d", o, e, code)
+		}
+		if o, e, code := run("sandbox", "logs", "demo", "--tail", "3", "--since", "1h"); code != 0 {
+			t.Errorf("kubectl sandbox logs: %q %q exit %d", o, e, code)
 		}
 		if _, e, code := run("sandbox", "-n", "nowhere", "resume", "demo"); code != 1 || !strings.Contains(e, "not found") {
 			t.Errorf("resume in another namespace: %q exit %d, want not found", e, code)

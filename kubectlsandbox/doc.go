@@ -9,7 +9,9 @@
 //   - the aggregated API (docs/API.md#subresources): pause, resume, fork
 //     and snapshot are POSTs of their options kind to
 //     sandboxes/NAME/<verb>, through a dynamic client, so RBAC decides
-//     (create sandboxes/<verb>);
+//     (create sandboxes/<verb>); logs is GET sandboxes/NAME/log with
+//     kubectl logs' flags (--tail, --since, --since-time, --limit-bytes,
+//     --timestamps; get sandboxes/log), read, not followed;
 //   - the gateway's router protocol (docs/API.md#router): exec, cp and
 //     port-forward are requests to --router-url ($HEARTH_ROUTER_URL)
 //     carrying X-Sandbox-ID, X-Sandbox-Namespace and X-Sandbox-Port, and

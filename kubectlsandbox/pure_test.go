@@ -117,8 +117,8 @@ func TestKrewManifest_FourPlatformsOfTheBinary(t *testing.T) {
 		Spec             struct {
 			Version, ShortDescription string
 			Platforms                 []struct {
-				Selector struct{ MatchLabels map[string]string } `json:"selector"`
-				URI, SHA256, Bin                                 string
+				Selector         struct{ MatchLabels map[string]string } `json:"selector"`
+				URI, SHA256, Bin string
 			}
 		}
 	}

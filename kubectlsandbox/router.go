@@ -85,6 +85,18 @@ func (r *router) address(h http.Header, port int) {
 // do sends a runtime API request (port e2b.RuntimePort) and returns the
 // answer when it is 2xx, else an error carrying the router's message.
 func (r *router) do(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
+	return r.send(ctx, method, path, body, contentType, false)
+}
+
+// doExpect is do for a large body: it asks to continue first (Expect:
+// 100-continue), so a refusal (401, 403, 404, 409) comes back before the
+// body is sent — the gateway does not read a refused request's body, and
+// a connection reset mid-upload would hide its answer.
+func (r *router) doExpect(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
+	return r.send(ctx, method, path, body, contentType, true)
+}
+
+func (r *router) send(ctx context.Context, method, path string, body io.Reader, contentType string, expect bool) (*http.Response, error) {
 	u := *r.base
 	u.RawPath = path
 	u.Path, _ = url.PathUnescape(path)
@@ -95,6 +107,9 @@ func (r *router) do(ctx context.Context, method, path string, body io.Reader, co
 	r.address(req.Header, e2b.RuntimePort)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	if expect {
+		req.Header.Set("Expect", "100-continue")
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
@@ -169,7 +184,7 @@ func (r *router) upload(ctx context.Context, path string, src io.Reader) error {
 		}
 		pw.CloseWithError(err)
 	}()
-	resp, err := r.do(ctx, http.MethodPost, "/upload", pr, mw.FormDataContentType())
+	resp, err := r.doExpect(ctx, http.MethodPost, "/upload", pr, mw.FormDataContentType())
 	pr.CloseWithError(io.ErrClosedPipe) // stops the writer if the request ended early
 	if err != nil {
 		return err

@@ -13,8 +13,8 @@ import (
 	"github.com/hearthvm/hearth/sandbox"
 )
 
-// scheme knows the lifecycle payload kinds.
-var scheme = func() *runtime.Scheme {
+// payloads knows the lifecycle payload kinds.
+var payloads = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	if err := sandbox.AddToScheme(s); err != nil {
 		panic(err)
@@ -39,7 +39,7 @@ func (p *Plugin) Verb(ctx context.Context, name, verb string, body runtime.Objec
 	if err != nil {
 		return nil, err
 	}
-	kinds, _, err := scheme.ObjectKinds(body)
+	kinds, _, err := payloads.ObjectKinds(body)
 	if err != nil {
 		return nil, err
 	}
