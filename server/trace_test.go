@@ -48,6 +48,15 @@ func startTraced(t *testing.T) *tracedSystem {
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+	s := startSystem(t, tp, 3)
+	s.exp = exp
+	return s
+}
+
+// startSystem runs the system traced by tp (nil: tracing off) with warm
+// VMs in the pool of traceImage.
+func startSystem(t testing.TB, tp *sdktrace.TracerProvider, warm int32) *tracedSystem {
+	t.Helper()
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	t.Cleanup(agent.Close)
 
@@ -57,9 +66,13 @@ func startTraced(t *testing.T) *tracedSystem {
 		t.Fatal(err)
 	}
 	drv := vmmtest.New(vmmtest.Options{Name: "test", Addr: agent.Listener.Addr().String()})
-	nd, err := node.New(node.Config{Name: "node-0", AdvertiseAddress: ln.Addr().String(), RootToken: fleettest.Token,
+	ncfg := node.Config{Name: "node-0", AdvertiseAddress: ln.Addr().String(), RootToken: fleettest.Token,
 		NodeToken: nodeapi.NodeToken(fleettest.Secret, "node-0"), DataDir: t.TempDir(), Driver: drv,
-		RefillInterval: 20 * time.Millisecond, WarmCheckInterval: -1, TracerProvider: tp})
+		RefillInterval: 20 * time.Millisecond, WarmCheckInterval: -1, MaxBootConcurrency: 16}
+	if tp != nil {
+		ncfg.TracerProvider = tp
+	}
+	nd, err := node.New(ncfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +84,7 @@ func startTraced(t *testing.T) *tracedSystem {
 	t.Cleanup(func() { stop(); <-served })
 	f := &fleettest.Fleet{View: &inventory.Static{}, Nodes: []*fleettest.Node{{Node: nd, Name: "node-0", Addr: ln.Addr().String(), Driver: drv,
 		Client: nodeapi.NewClient(ln.Addr().String(), fleettest.Token)}}}
-	f.SetWarm(t, nodeapi.PoolSpec{Template: traceImage, Net: "none", Size: "small"}, 3)
+	f.SetWarm(t, nodeapi.PoolSpec{Template: traceImage, Net: "none", Size: "small"}, warm)
 
 	o := server.NewStandaloneOptions()
 	addr, err := o.ListenOn("127.0.0.1:0")
@@ -80,7 +93,9 @@ func startTraced(t *testing.T) *tracedSystem {
 	}
 	o.Live = f.StartLive(t)
 	o.SandboxdToken = fleettest.Secret
-	o.TracerProvider = tp
+	if tp != nil {
+		o.TracerProvider = tp
+	}
 	o.Authenticator = authenticator.RequestFunc(func(r *http.Request) (*authenticator.Response, bool, error) {
 		switch r.Header.Get("Authorization") {
 		case "Bearer admin":
@@ -106,8 +121,11 @@ func startTraced(t *testing.T) *tracedSystem {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, srv)
-	s := &tracedSystem{api: "https://" + addr, e2b: "http://" + srv.E2BAddr().String(), exp: exp, tp: tp}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	s := &tracedSystem{api: "https://" + addr, e2b: "http://" + srv.E2BAddr().String(), tp: tp}
 	fleettest.Eventually(t, 30*time.Second, func() bool {
 		req, _ := http.NewRequest(http.MethodGet, s.api+"/readyz", nil)
 		req.Header.Set("Authorization", "Bearer admin")
