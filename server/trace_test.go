@@ -6,10 +6,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -311,5 +314,35 @@ func TestTrace_IncomingTraceparentIsContinued(t *testing.T) {
 	send(s.e2b+"/v2/sandboxes", "")
 	if x := server("e2b GET"); !continued(x) {
 		t.Errorf("e2b gateway: span %s (parent %s) does not continue %s-%s", x.SpanContext.TraceID(), x.Parent.SpanID(), tid, sid)
+	}
+}
+
+// --tracing-endpoint and --tracing-config-file are two ways to one
+// provider: setting both is refused, as is a bad rate.
+func TestOptions_TracingFlagsValidated(t *testing.T) {
+	cfgFile := t.TempDir() + "/tracing.yaml"
+	if err := os.WriteFile(cfgFile, []byte("apiVersion: apiserver.config.k8s.io/v1\nkind: TracingConfiguration\nendpoint: localhost:4317\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--tracing-endpoint=collector:4317"}, ""},
+		{[]string{"--tracing-config-file=" + cfgFile}, ""},
+		{[]string{"--tracing-endpoint=collector:4317", "--tracing-config-file=" + cfgFile}, "exclusive"},
+		{[]string{"--tracing-endpoint=collector:4317", "--tracing-sampling-rate-per-million=2000000"}, "outside 0-1000000"},
+	} {
+		o := server.NewStandaloneOptions()
+		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		o.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
+		err := o.Validate()
+		if (tc.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%v: Validate() = %v, want %q", tc.args, err, tc.err)
+		}
 	}
 }
