@@ -113,4 +113,11 @@
 // then destroys every VM under the driver's root that the table does not
 // own (warm VMs of the previous run, half-booted leftovers). Warm VMs are
 // never persisted: they are rebuilt from the persisted pool targets.
+//
+// Traces (trace.go): with Config.TracerProvider set, every API request but
+// the change stream, /healthz and /metrics is a server span — continuing
+// the caller's W3C traceparent for root, starting a new trace linked to it
+// for anyone else — and holds a span per driver call (vmm.<op>) and a
+// client span per agent call it makes (which carries the trace on). Nil,
+// nothing is wrapped and no span is made.
 package node

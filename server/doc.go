@@ -32,6 +32,12 @@
 // is never sent to a node: the fleet and the driver send each node its own
 // nodeapi.NodeToken.
 //
+// Traces: one TracerProvider (Options.TracerProvider, --tracing-endpoint
+// or --tracing-config-file; package internal/tracing) is the API server's
+// (k8s.io/apiserver's own tracing filter), its loopback client's, the
+// fleet's HTTP client's to the nodes and the e2b gateway's; none set,
+// nothing is wrapped.
+//
 // The package owns wiring only: no storage, no API types, no gateway or
 // driver logic; each lives in its package and must not import this one.
 package server
