@@ -43,11 +43,13 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	p := &Plugin{Flags: genericclioptions.NewConfigFlags(true), IOStreams: streams}
 	root := &cobra.Command{
-		Use:           "kubectl sandbox",
+		Use:           "sandbox",
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl sandbox"},
 		Short:         "Run commands in, copy files to and from, forward ports of and manage Hearth sandboxes",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)

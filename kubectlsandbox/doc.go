@@ -22,8 +22,11 @@
 // The token is a credential: it is sent over plain http only to a
 // loopback router (sandbox-dev's), else the router URL must be https
 // (routerURL refuses it before anything is sent). The router's answers are
-// a remote party's: exec prints the command's output as it came and exits
-// with its exit code; cp writes only the local path the caller named.
+// a remote party's (the agent runs in the guest): a redirect is never
+// followed (the credential would go with it), an error's text has its
+// control characters replaced; exec prints the command's output as it
+// came and exits with its exit code; cp writes only the local path the
+// caller named.
 //
 // exec runs one command under sh -c with no stdin or terminal (the
 // runtime API's POST /execute: the whole output when it ends, at most 7 MiB

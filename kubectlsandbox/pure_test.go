@@ -1,11 +1,18 @@
 package kubectlsandbox
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -140,5 +147,48 @@ func TestKrewManifest_FourPlatformsOfTheBinary(t *testing.T) {
 		if !seen[want] {
 			t.Errorf("no platform %s", want)
 		}
+	}
+}
+
+// A router answer is a remote party's (the agent runs in the guest): a
+// redirect is not followed — the credential would go with it to wherever
+// it points — and an error's text cannot drive the terminal.
+func TestRouter_NoRedirectCarriesTheTokenAndNoEscapeReachesTheTerminal(t *testing.T) {
+	got := make(chan string, 1)
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Authorization")
+	}))
+	defer elsewhere.Close()
+	router := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/download/") {
+			http.Redirect(w, r, elsewhere.URL+"/steal", http.StatusFound)
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"message":"file not found: \u001b]0;owned\u0007\u001b[2J"}`)
+	}))
+	defer router.Close()
+	base, err := routerURL(router.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := newRouter(base, &rest.Config{BearerToken: "secret-token"}, "default", "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = r.download(context.Background(), "x", &out)
+	var se *StatusError
+	if !errors.As(err, &se) || se.Code != http.StatusFound {
+		t.Errorf("download answered by a redirect: %v, want the 302 as an error", err)
+	}
+	select {
+	case a := <-got:
+		t.Fatalf("the redirect was followed, with Authorization %q", a)
+	default:
+	}
+	_, err = r.execute(context.Background(), "id")
+	if !errors.As(err, &se) || se.Code != http.StatusNotFound || strings.ContainsAny(se.Error(), "\x1b\x07") {
+		t.Errorf("error %q: want a 404 without control characters", err)
 	}
 }

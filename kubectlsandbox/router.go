@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"k8s.io/client-go/rest"
 
@@ -72,7 +73,12 @@ func newRouter(base *url.URL, cfg *rest.Config, namespace, name string) (*router
 	if err != nil {
 		return nil, err
 	}
-	return &router{base: base, client: &http.Client{Transport: rt, Timeout: cfg.Timeout}, namespace: namespace, name: name}, nil
+	// A redirect is never followed: the credential is added to every
+	// request the client sends, so it would go wherever the answer (the
+	// agent's, in the guest) points.
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &router{base: base, client: &http.Client{Transport: rt, Timeout: cfg.Timeout, CheckRedirect: noRedirect},
+		namespace: namespace, name: name}, nil
 }
 
 // address sets the router headers for port on h.
@@ -133,7 +139,8 @@ func (e *StatusError) Error() string {
 }
 
 // statusError reads at most 4 KiB of an error answer: the gateway's
-// {"message"} or {"error"}, else the text.
+// {"message"} or {"error"}, else the text, its control characters
+// replaced.
 func statusError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	var m struct{ Message, Error string }
@@ -141,6 +148,14 @@ func statusError(resp *http.Response) error {
 	if json.Unmarshal(b, &m) == nil {
 		msg = m.Message + m.Error
 	}
+	// The message may be the agent's, from the guest: no control
+	// character of it reaches the user's terminal.
+	msg = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, msg)
 	return &StatusError{Code: resp.StatusCode, Message: msg}
 }
 
