@@ -38,6 +38,10 @@ type ExtraConfig struct {
 	// ExtraAPIGroups are installed after agents.x-k8s.io. Their kinds must
 	// be registered in Scheme (with identity __internal versions).
 	ExtraAPIGroups []*genericapiserver.APIGroupInfo
+	// LegacyAPIGroup, when set, is installed at /api (core/v1): sandbox-dev
+	// serves its read-only Events there (registry.LegacyEventsGroup), as
+	// no kube-apiserver does.
+	LegacyAPIGroup *genericapiserver.APIGroupInfo
 	// ExtraOpenAPIDefinitions are added to GetOpenAPIDefinitions (keys of
 	// types without OpenAPIModelName may be Go type names: the namer makes
 	// them REST-friendly).
@@ -153,6 +157,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	for _, g := range x.ExtraAPIGroups {
 		if err := gs.InstallAPIGroup(g); err != nil {
 			return nil, fmt.Errorf("installing an extra API group: %w", err)
+		}
+	}
+	if x.LegacyAPIGroup != nil {
+		if err := gs.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, x.LegacyAPIGroup); err != nil {
+			return nil, fmt.Errorf("installing the core/v1 group: %w", err)
 		}
 	}
 	for path, h := range x.Handlers {

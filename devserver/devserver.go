@@ -62,6 +62,7 @@ import (
 
 	"github.com/hearthvm/hearth/apiserver"
 	"github.com/hearthvm/hearth/apiserver/registry"
+	sandboxstore "github.com/hearthvm/hearth/apiserver/registry/sandbox"
 	"github.com/hearthvm/hearth/e2b"
 	"github.com/hearthvm/hearth/image"
 	"github.com/hearthvm/hearth/internal/embedetcd"
@@ -347,12 +348,21 @@ func Run(ctx context.Context, o *Options) (err error) {
 	}
 	getter := registry.NewRESTOptionsGetter(registry.StorageOptions{Endpoints: etcd.Endpoints,
 		CAFile: etcd.ClientTLS.CAFile, CertFile: etcd.ClientTLS.CertFile, KeyFile: etcd.ClientTLS.KeyFile}, apiserver.Scheme, apiserver.Codecs)
-	groups, _, err := registry.APIGroups(apiserver.Scheme, apiserver.Codecs, getter)
+	groups, stores, err := registry.APIGroups(apiserver.Scheme, apiserver.Codecs, getter)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	cfg.APIServer.ExtraConfig.ExtraAPIGroups = groups
+	// Events: the controllers write events.k8s.io/v1 (stored, with a
+	// TTL); kubectl describe reads core/v1, which shows those and each
+	// sandbox's node-recorded ones.
+	legacy, err := registry.LegacyEventsGroup(apiserver.Scheme, apiserver.Codecs, stores, sandboxstore.NodeEvents(cfg.APIServer.ExtraConfig.Fleet))
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	cfg.APIServer.ExtraConfig.LegacyAPIGroup = legacy
 	cfg.APIServer.ExtraConfig.ExtraOpenAPIDefinitions = append(cfg.APIServer.ExtraConfig.ExtraOpenAPIDefinitions, registry.GetOpenAPIDefinitions)
 	srv, err := cfg.Complete().New()
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -27,6 +29,10 @@ type resource struct {
 	kind       kindSpec
 	columns    []column
 	scale      bool
+	// ttl, when set, is how long etcd keeps an object (seconds); attrs
+	// the fields it can be selected by (nil: metadata.name and namespace).
+	ttl   uint64
+	attrs func(runtime.Object) (labels.Set, fields.Set, error)
 }
 
 func resources() []resource {
@@ -174,6 +180,7 @@ func resources() []resource {
 				}},
 			},
 		},
+		eventsResource(),
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/util"
@@ -196,6 +198,21 @@ func OpenAPIDefinitions(ref common.ReferenceCallback) (map[string]common.OpenAPI
 			},
 		}},
 		Dependencies: []string{objectMeta},
+	}
+	// Events (events.go): their fields are kube-apiserver's; what a
+	// client may write is checked by the types' decoding, so the schema
+	// keeps every field (SSA treats them as atomic).
+	for _, pair := range [][2]any{{&eventsv1.Event{}, &eventsv1.EventList{}}, {&corev1.Event{}, &corev1.EventList{}}} {
+		out[name(pair[0])] = common.OpenAPIDefinition{
+			Schema: spec.Schema{
+				SchemaProps: spec.SchemaProps{Type: []string{"object"}, Properties: map[string]spec.Schema{
+					"apiVersion": str(), "kind": str(), "metadata": refTo(ref, objectMeta),
+				}},
+				VendorExtensible: spec.VendorExtensible{Extensions: spec.Extensions{"x-kubernetes-preserve-unknown-fields": true}},
+			},
+			Dependencies: []string{objectMeta},
+		}
+		addList(pair[0], pair[1])
 	}
 	return out, nil
 }

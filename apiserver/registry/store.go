@@ -80,7 +80,11 @@ func APIGroups(scheme *runtime.Scheme, codecs serializer.CodecFactory, getter ge
 			ResetFieldsStrategy:       main,
 			TableConvertor:            tableConvertor{columns: res.columns},
 		}
-		if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: getter}); err != nil {
+		if res.ttl > 0 {
+			ttl := res.ttl
+			store.TTLFunc = func(runtime.Object, uint64, bool) (uint64, error) { return ttl, nil }
+		}
+		if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: getter, AttrFunc: res.attrs}); err != nil {
 			return nil, nil, fmt.Errorf("storage for %s: %w", gr, err)
 		}
 		r := &REST{Store: store, shortNames: res.shortNames, categories: res.categories}

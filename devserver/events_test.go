@@ -1,0 +1,52 @@
+package devserver_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// kubectl describe shows Events in sandbox-dev, which has no kube-apiserver:
+// the warm-pool controller's (events.k8s.io/v1, stored with a TTL) on the
+// pool, and a sandbox's node-recorded ones (core/v1, from its node's
+// record) on the sandbox; kubectl events lists them.
+func TestDevServer_KubectlDescribeShowsEvents(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl not on PATH")
+	}
+	if testing.Short() {
+		t.Skip("starts the whole dev system")
+	}
+	d := start(t, t.TempDir())
+	defer d.stop(t)
+	d.waitReady(t, 4)
+	eventually(t, 30*time.Second, "the pool's FillFinished event", func() (bool, string) {
+		out, _ := d.kubectl(t, "describe", "sandboxwarmpool", "rt")
+		return strings.Contains(out, "Events:") && strings.Contains(out, "FillFinished") && strings.Contains(out, "hearth.dev/warm-pool-controller"), out
+	})
+	examples, err := filepath.Abs("../examples/l3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mustKubectl(t, "create", "-f", filepath.Join(examples, "sandbox", "sandbox.yaml"))
+	pause := filepath.Join(t.TempDir(), "pause.json")
+	if err := os.WriteFile(pause, []byte(`{"apiVersion":"agents.x-k8s.io/v1beta1","kind":"SandboxPauseOptions"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.mustKubectl(t, "create", "--raw", "/apis/agents.x-k8s.io/v1beta1/namespaces/default/sandboxes/demo/pause",
+		"-f", pause)
+	eventually(t, 30*time.Second, "the sandbox's events", func() (bool, string) {
+		out, _ := d.kubectl(t, "describe", "sandbox", "demo")
+		return strings.Contains(out, "Events:") && strings.Contains(out, "Claimed") && strings.Contains(out, "Paused"), out
+	})
+	out := d.mustKubectl(t, "events", "--for", "sandbox/demo")
+	if !strings.Contains(out, "Claimed") {
+		t.Fatalf("kubectl events --for sandbox/demo:\n%s", out)
+	}
+	if out, err := d.kubectl(t, "get", "events", "--field-selector", "involvedObject.bogus=x"); err == nil {
+		t.Fatalf("an unknown field selector was accepted:\n%s", out)
+	}
+}
