@@ -115,7 +115,8 @@
 // never persisted: they are rebuilt from the persisted pool targets.
 //
 // Traces (trace.go): with Config.TracerProvider set, every API request but
-// the change stream, /healthz and /metrics is a server span — continuing
+// the change stream, /healthz, /metrics and untraced /v1/pools and
+// /v1/info rounds is a server span — continuing
 // the caller's W3C traceparent for root, starting a new trace linked to it
 // for anyone else — and holds a span per driver call (vmm.<op>) and a
 // client span per agent call it makes (which carries the trace on). Nil,

@@ -21,7 +21,9 @@ const scope = tracing.Module + "node"
 // is sampled.
 //
 // The change stream (one request for as long as a fleet follows the
-// node), /healthz and /metrics are not traced.
+// node), /healthz and /metrics are not traced, nor the warm-pool driver's
+// and publishers' rounds (/v1/pools, /v1/info) unless they carry a trace:
+// each would be a trace of its own every few seconds.
 func (n *Node) traced(h http.Handler) http.Handler {
 	if tracing.Off(n.cfg.TracerProvider) {
 		return h
@@ -34,6 +36,12 @@ func (n *Node) traced(h http.Handler) http.Handler {
 		switch r.URL.Path {
 		case "/v1/watch", "/healthz", "/metrics":
 			h.ServeHTTP(w, r)
+		case "/v1/pools", "/v1/info":
+			if r.Header.Get("traceparent") == "" {
+				h.ServeHTTP(w, r)
+				return
+			}
+			t.ServeHTTP(w, r)
 		default:
 			t.ServeHTTP(w, r)
 		}

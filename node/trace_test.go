@@ -138,6 +138,22 @@ func TestTrace_RootCallerTraceIsContinuedToDriverAndAgent(t *testing.T) {
 	childOf(t, spanNamed(t, exp, "vmm.Clone"), fork)
 }
 
+// The background rounds (the warm-pool driver's PUT /v1/pools, GET
+// /v1/info) and the change stream make no trace of their own.
+func TestTrace_BackgroundRoundsStartNoTrace(t *testing.T) {
+	tn, exp, _ := tracedNode(t) // its PUT /v1/pools and GET /v1/info polls carried no traceparent
+	if _, err := http.Get(tn.srv.URL + "/healthz"); err != nil {
+		t.Fatal(err)
+	}
+	if spans := exp.GetSpans(); len(spans) != 0 {
+		t.Errorf("spans %q, want none", names(spans))
+	}
+	if code := tracedDo(t, "GET", tn.srv.URL+"/v1/info", testRoot, ""); code != http.StatusOK {
+		t.Fatalf("info: %d", code)
+	}
+	spanNamed(t, exp, "sandboxd GET /v1/info") // with a trace, it is traced
+}
+
 // Anyone but root — a sandbox's own token, or no token — starts a new
 // trace, linked to the one it named: a tenant cannot put spans in the
 // fleet's traces.
