@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -128,5 +130,35 @@ func TestStart_ChildOfTheContextsSpan(t *testing.T) {
 	spans := exp.GetSpans()
 	if len(spans) != 2 || spans[0].Name != "child" || spans[0].Parent.SpanID() != parent.SpanContext().SpanID() || spans[0].Status.Description != "context canceled" {
 		t.Errorf("spans %+v", spans)
+	}
+}
+
+// A traced handler's ResponseWriter still reaches the connection: the
+// deadlines (internal/serve) and hijacking of the handlers below it work.
+func TestHandler_KeepsResponseControllerWorking(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewInMemoryExporter()))
+	errs := make(chan error, 3)
+	h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		errs <- rc.SetReadDeadline(time.Now().Add(time.Minute))
+		errs <- rc.SetWriteDeadline(time.Now().Add(time.Minute))
+		conn, _, err := rc.Hijack()
+		errs <- err
+		if err == nil {
+			_, _ = conn.Write([]byte("HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"))
+			conn.Close()
+		}
+	}), tp, "x", nil)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, what := range []string{"SetReadDeadline", "SetWriteDeadline", "Hijack"} {
+		if err := <-errs; err != nil {
+			t.Errorf("%s through the traced handler: %v", what, err)
+		}
 	}
 }
