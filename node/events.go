@@ -8,9 +8,11 @@ import (
 
 // A sandbox's lifecycle events (nodeapi.Sandbox.Events) live in its
 // record, so they are persisted by the write that records the change
-// they describe (a claim's, a pause's: no write of their own) and survive
-// a restart. They are rendered only for a lookup by id, never on the
-// change stream or in lists.
+// they describe (a pause's, a resume's: no write of their own) and survive
+// a restart; a warm claim's Claimed is rendered from the record's
+// ClaimedAt (events), so the claim path writes, allocates and encodes
+// nothing more. They are rendered only for lookups (by id, by claim ref),
+// never on the change stream or in lists.
 
 // appendEvent returns evs with e recorded: a repeat of the newest event
 // (same type, reason and message) counts on it, else e is appended and
@@ -64,6 +66,24 @@ func (n *Node) note(sb *sandbox, e nodeapi.Event) {
 	if err := n.store.putSandboxes(rec); err != nil {
 		n.log.Error(err, "Cannot persist a sandbox event", "id", rec.ID, "reason", e.Reason)
 	}
+}
+
+// claimedWarm is the message of a warm claim's Claimed event.
+const claimedWarm = "claimed a warm microVM"
+
+// events renders r's events for a lookup. A warm claim records none (its
+// write stays what it was): its Claimed event is rendered from ClaimedAt,
+// first, unless the ring has since filled (it would have been dropped). A
+// fork child and a snapshot claim record theirs, naming their source.
+func events(r *record) []nodeapi.Event {
+	warm := r.Snapshot == "" && r.Depth == 0
+	if !warm || len(r.Events) >= nodeapi.MaxSandboxEvents || (len(r.Events) > 0 && r.Events[0].Reason == nodeapi.ReasonClaimed) {
+		return r.Events
+	}
+	t := r.ClaimedAt.UTC()
+	out := make([]nodeapi.Event, 0, len(r.Events)+1)
+	out = append(out, nodeapi.Event{Type: nodeapi.EventNormal, Reason: nodeapi.ReasonClaimed, Message: claimedWarm, FirstTime: t, LastTime: t, Count: 1})
+	return append(out, r.Events...)
 }
 
 // nameOf names r in an event's message: its claim ref, else its claim id.

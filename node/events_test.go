@@ -149,3 +149,37 @@ func TestBootError_CutToTheBoundOnARuneBoundary(t *testing.T) {
 	require.True(t, utf8.ValidString(got))
 	require.Equal(t, "short", bootError(errors.New("short")))
 }
+
+// A warm claim stores no event (its one write is what it was); its Claimed
+// is rendered from ClaimedAt, unless the ring has filled since. A clone
+// keeps its own.
+func TestEvents_AWarmClaimsClaimedIsRenderedNotStored(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 17, 0, 0, 0, time.UTC)
+	warm := record{ID: "sb_1", ClaimedAt: t0}
+	require.Equal(t, []string{"Claimed"}, reasons(events(&warm)))
+	require.Equal(t, t0, events(&warm)[0].FirstTime)
+	warm.record(nodeapi.Event{Type: nodeapi.EventNormal, Reason: nodeapi.ReasonPaused, FirstTime: t0})
+	require.Equal(t, []string{"Claimed", "Paused"}, reasons(events(&warm)))
+	for i := range nodeapi.MaxSandboxEvents {
+		warm.record(nodeapi.Event{Type: nodeapi.EventNormal, Reason: fmt.Sprint("R", i), FirstTime: t0})
+	}
+	require.Len(t, events(&warm), nodeapi.MaxSandboxEvents, "a full ring: the Claimed has been dropped")
+	require.Equal(t, "R0", events(&warm)[0].Reason)
+	clone := record{ID: "sb_2", ClaimedAt: t0, Snapshot: "sn_1"}
+	require.Empty(t, events(&clone), "a clone records its own Claimed, naming its snapshot")
+
+	tn := startNode(t, newFakeDriver(), nil)
+	_, err := tn.root.PutPools(bg, pools("img", 1))
+	require.NoError(t, err)
+	tn.waitWarm(t, "img", 1)
+	sb, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"})
+	require.NoError(t, err)
+	tn.mu.Lock()
+	stored := tn.tab.byID[sb.ID].rec.Events
+	tn.mu.Unlock()
+	require.Empty(t, stored)
+	got, err := tn.root.Get(bg, sb.ID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"Claimed"}, reasons(got.Events))
+	require.True(t, got.Events[0].FirstTime.Equal(sb.ClaimedAt))
+}

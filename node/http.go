@@ -186,7 +186,7 @@ func (n *Node) mux() http.Handler {
 		var row nodeapi.Sandbox
 		if sb != nil {
 			row = n.wire(sb.rec, p.root)
-			row.Events = sb.rec.Events
+			row.Events = events(&sb.rec)
 		}
 		n.mu.Unlock()
 		if sb == nil {
@@ -403,7 +403,7 @@ func (n *Node) handleList(w http.ResponseWriter, r *http.Request) {
 	for i, sb := range sbs {
 		out.Sandboxes[i] = n.wire(sb.rec, false)
 		if byRef {
-			out.Sandboxes[i].Events = sb.rec.Events
+			out.Sandboxes[i].Events = events(&sb.rec)
 		}
 	}
 	n.mu.Unlock()

@@ -108,8 +108,7 @@ func (n *Node) claimWarm(ctx context.Context, in claimInput) (nodeapi.Sandbox, e
 	}
 	sb.rec = record{ID: n.newSandboxID(), Key: in.key, Handle: h, ClaimRef: in.ref,
 		Deadline: n.limits.Deadline(now, in.ttl), ClaimedAt: now.Truncate(time.Millisecond), Metadata: in.metadata,
-		Version: 1, Object: in.object, Lifecycle: in.life, Env: in.env, Egress: in.egress, PoolEgress: n.tab.pools[in.key].egress,
-		Events: []nodeapi.Event{n.event(nodeapi.EventNormal, nodeapi.ReasonClaimed, "claimed a warm microVM")}}
+		Version: 1, Object: in.object, Lifecycle: in.life, Env: in.env, Egress: in.egress, PoolEgress: n.tab.pools[in.key].egress}
 	n.tab.insert(sb)
 	rec := sb.rec
 	n.mu.Unlock()
