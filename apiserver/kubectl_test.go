@@ -62,6 +62,7 @@ func TestKubectl(t *testing.T) {
 			`"name":"sandboxes","singularName":"sandbox","namespaced":true,"kind":"Sandbox","verbs":["create","delete","get","list","patch","update","watch"]`,
 			`"name":"sandboxes/pause"`, `"name":"sandboxes/resume"`, `"name":"sandboxes/fork"`, `"name":"sandboxes/snapshot"`,
 			`"name":"sandboxes/log","singularName":"","namespaced":true,"kind":"Sandbox","verbs":["get"]`,
+			`"name":"sandboxes/stats","singularName":"","namespaced":true,"kind":"SandboxStats","verbs":["get"]`,
 		} {
 			if !strings.Contains(disc, want) {
 				t.Errorf("discovery lacks %s:\n%s", want, disc)

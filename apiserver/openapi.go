@@ -91,6 +91,11 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"sinceTime":  {SchemaProps: spec.SchemaProps{Type: []string{"string"}, Format: "date-time"}},
 		"timestamps": boolean, "follow": boolean,
 	})
+	out[name(&sandbox.SandboxStats{})] = object(map[string]spec.Schema{
+		"timestamp": {SchemaProps: spec.SchemaProps{Type: []string{"string"}, Format: "date-time"}},
+		"paused":    boolean, "cpuCount": i32, "cpuUsageCoreNanoSeconds": i64,
+		"memoryLimitBytes": i64, "memoryUsedBytes": i64, "diskLimitBytes": i64, "diskUsedBytes": i64,
+	})
 	out[name(&sandbox.SandboxSnapshotOptions{})] = object(map[string]spec.Schema{"name": str})
 	out[name(&sandbox.SandboxSnapshotResult{})] = object(map[string]spec.Schema{
 		"snapshotID": str, "name": str, "nodeName": str,

@@ -141,16 +141,17 @@ func TestKustomizeBase(t *testing.T) {
 	}
 	// Users' roles: running code (the router's sandboxes/exec and
 	// sandboxes/portforward) is edit's, never view's; both read
-	// sandboxes/log (get), as they read pods/log.
+	// sandboxes/log and sandboxes/stats (get), as they read pods/log and
+	// metrics.k8s.io's pods.
 	if cr := find(objs, "ClusterRole", "hearth:aggregate-to-edit"); cr != nil {
 		s := toString(cr.Object["rules"])
-		if cr.GetLabels()["rbac.authorization.k8s.io/aggregate-to-edit"] != "true" || !strings.Contains(s, "sandboxes/exec") || !strings.Contains(s, "sandboxes/portforward") || !strings.Contains(s, `"resources":["sandboxes/log"],"verbs":["get"]`) {
+		if cr.GetLabels()["rbac.authorization.k8s.io/aggregate-to-edit"] != "true" || !strings.Contains(s, "sandboxes/exec") || !strings.Contains(s, "sandboxes/portforward") || !strings.Contains(s, `"resources":["sandboxes/log","sandboxes/stats"],"verbs":["get"]`) {
 			t.Errorf("hearth:aggregate-to-edit: labels %v, rules %s", cr.GetLabels(), s)
 		}
 	}
 	if cr := find(objs, "ClusterRole", "hearth:aggregate-to-view"); cr != nil {
 		s := toString(cr.Object["rules"])
-		logs := `"resources":["sandboxes/log"],"verbs":["get"]`
+		logs := `"resources":["sandboxes/log","sandboxes/stats"],"verbs":["get"]`
 		if cr.GetLabels()["rbac.authorization.k8s.io/aggregate-to-view"] != "true" || !strings.Contains(s, logs) || strings.Contains(strings.Replace(s, logs, "", 1), "/") || strings.Contains(s, "create") {
 			t.Errorf("hearth:aggregate-to-view: labels %v, rules %s", cr.GetLabels(), s)
 		}

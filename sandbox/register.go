@@ -24,7 +24,7 @@ func Objects() []runtime.Object {
 		&SandboxPauseOptions{}, &SandboxResumeOptions{},
 		&SandboxForkOptions{}, &SandboxForkResult{},
 		&SandboxSnapshotOptions{}, &SandboxSnapshotResult{},
-		&SandboxLogOptions{},
+		&SandboxLogOptions{}, &SandboxStats{},
 	}
 }
 

@@ -55,6 +55,8 @@ type Fleet interface {
 	Snapshot(ctx context.Context, s nodeapi.Sandbox, name string) (nodeapi.Snapshot, error)
 	// Logs reads s's log (the log subresource, log.go).
 	Logs(ctx context.Context, s nodeapi.Sandbox, q agentapi.LogsQuery) (agentapi.Logs, error)
+	// Stats measures s (the stats subresource, stats.go).
+	Stats(ctx context.Context, s nodeapi.Sandbox) (nodeapi.Stats, error)
 }
 
 var _ Fleet = (*fleet.NodeFleet)(nil)
@@ -90,9 +92,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Resources returns the sandboxes storage, its lifecycle subresources
-// and its log (log.go), keyed by their path under the group version
-// ("sandboxes", "sandboxes/pause", ..., "sandboxes/log"), ready for an
+// Resources returns the sandboxes storage, its lifecycle subresources,
+// its log (log.go) and its stats (stats.go), keyed by their path under the
+// group version ("sandboxes", "sandboxes/pause", ..., "sandboxes/stats"), ready for an
 // APIGroupInfo. It panics on a Config that Validate refuses (a wiring
 // error).
 func Resources(c Config) map[string]rest.Storage {
@@ -111,6 +113,7 @@ func Resources(c Config) map[string]rest.Storage {
 		out["sandboxes/"+verb] = v
 	}
 	out["sandboxes/log"] = &logStorage{s: s}
+	out["sandboxes/stats"] = &statsStorage{s: s}
 	return out
 }
 
