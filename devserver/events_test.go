@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hearthvm/hearth/devserver"
 )
 
 // kubectl describe shows Events in sandbox-dev, which has no kube-apiserver:
@@ -48,5 +50,47 @@ func TestDevServer_KubectlDescribeShowsEvents(t *testing.T) {
 	}
 	if out, err := d.kubectl(t, "get", "events", "--field-selector", "involvedObject.bogus=x"); err == nil {
 		t.Fatalf("an unknown field selector was accepted:\n%s", out)
+	}
+}
+
+// A pool whose image cannot be pulled shows BootFailed, with the node's
+// error, in kubectl describe of the pool and of its template (it had
+// stayed at 0 ready with nothing in describe).
+func TestDevServer_KubectlDescribeShowsAPoolsBootFailures(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl not on PATH")
+	}
+	if testing.Short() {
+		t.Skip("starts the whole dev system")
+	}
+	cache := t.TempDir()
+	// No default pool: its image would be built (minutes) into the fresh cache.
+	d := start(t, t.TempDir(), func(o *devserver.Options) { o.ImageCache, o.DefaultPool = cache, false })
+	defer d.stop(t)
+	manifest := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(manifest, []byte(`
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxTemplate
+metadata: {name: bad, namespace: default}
+spec:
+  podTemplate:
+    spec:
+      containers: [{name: main, image: "img:1"}]
+---
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxWarmPool
+metadata: {name: bad, namespace: default}
+spec:
+  replicas: 1
+  sandboxTemplateRef: {name: bad}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.mustKubectl(t, "apply", "-f", manifest)
+	for _, kind := range []string{"sandboxwarmpool", "sandboxtemplate"} {
+		eventually(t, 90*time.Second, kind+" BootFailed", func() (bool, string) {
+			out, _ := d.kubectl(t, "describe", kind, "bad")
+			return strings.Contains(out, "BootFailed") && strings.Contains(out, "img:1"), out
+		})
 	}
 }
