@@ -57,7 +57,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.PersistentFlags().StringVar(&p.RouterURL, "router-url", os.Getenv(RouterEnv),
 		"the gateway's router URL for exec, cp and port-forward (default $"+RouterEnv+"); https, or http to a loopback address")
 	root.AddCommand(p.execCommand(), p.cpCommand(), p.portForwardCommand(),
-		p.verbCommand("pause"), p.verbCommand("resume"), p.forkCommand(), p.snapshotCommand(), p.logsCommand())
+		p.verbCommand("pause"), p.verbCommand("resume"), p.forkCommand(), p.snapshotCommand(), p.logsCommand(), p.topCommand())
 	return root
 }
 

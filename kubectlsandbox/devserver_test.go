@@ -330,6 +330,31 @@ func TestPlugin_AgainstSandboxDev(t *testing.T) {
 		}
 	})
 
+	t.Run("top", func(t *testing.T) {
+		// The read-only kubeconfig reads stats (get sandboxes/stats, as
+		// view's); a paused sandbox is a row that says so.
+		if _, err := admin.Verb(ctx, "demo-fork-1", "pause", &sandbox.SandboxPauseOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		stats, err := readonly.Top(ctx, "")
+		if err != nil {
+			t.Fatalf("read-only top: %v", err)
+		}
+		byName := map[string]sandbox.SandboxStats{}
+		for _, st := range stats {
+			byName[st.Name] = st
+		}
+		if d, ok := byName["demo"]; !ok || d.Paused || d.CPUCount < 1 || d.MemoryLimitBytes <= 0 || d.Namespace != "default" {
+			t.Errorf("top: demo %+v", d)
+		}
+		if f, ok := byName["demo-fork-1"]; !ok || !f.Paused {
+			t.Errorf("top: paused demo-fork-1 %+v", f)
+		}
+		if _, err := readonly.Top(ctx, "missing"); !apierrors.IsNotFound(err) {
+			t.Errorf("top of a missing sandbox: %v, want 404", err)
+		}
+	})
+
 	// The binary, as kubectl runs it: `kubectl sandbox` finds
 	// kubectl-sandbox on PATH — this test binary, which is Run (all of
 	// cmd/kubectl-sandbox's main) when pluginEnv is set; its flags are
@@ -373,6 +398,12 @@ func TestPlugin_AgainstSandboxDev(t *testing.T) {
 		}
 		if o, e, code := run("sandbox", "logs", "demo", "--tail", "3", "--since", "1h"); code != 0 {
 			t.Errorf("kubectl sandbox logs: %q %q exit %d", o, e, code)
+		}
+		if o, e, code := run("sandbox", "top"); code != 0 || !strings.HasPrefix(o, "NAME ") || !strings.Contains(o, "\ndemo ") || !strings.Contains(o, "Paused") {
+			t.Errorf("kubectl sandbox top: %q %q exit %d", o, e, code)
+		}
+		if o, e, code := run("sandbox", "--kubeconfig", ready.ReadOnlyKubeconfig, "top", "demo", "-o", "json"); code != 0 || !strings.Contains(o, `"kind": "SandboxStats"`) {
+			t.Errorf("read-only kubectl sandbox top demo -o json: %q %q exit %d", o, e, code)
 		}
 		if _, e, code := run("sandbox", "-n", "nowhere", "resume", "demo"); code != 1 || !strings.Contains(e, "not found") {
 			t.Errorf("resume in another namespace: %q exit %d, want not found", e, code)

@@ -11,7 +11,9 @@
 //     sandboxes/NAME/<verb>, through a dynamic client, so RBAC decides
 //     (create sandboxes/<verb>); logs is GET sandboxes/NAME/log with
 //     kubectl logs' flags (--tail, --since, --since-time, --limit-bytes,
-//     --timestamps; get sandboxes/log), read, not followed;
+//     --timestamps; get sandboxes/log), read, not followed; top is GET
+//     sandboxes/NAME/stats (get sandboxes/stats) for NAME or each listed
+//     sandbox, 8 at a time, a paused one a row that says so;
 //   - the gateway's router protocol (docs/API.md#router): exec, cp and
 //     port-forward are requests to --router-url ($HEARTH_ROUTER_URL)
 //     carrying X-Sandbox-ID, X-Sandbox-Namespace and X-Sandbox-Port, and
