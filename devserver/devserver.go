@@ -3,7 +3,9 @@
 // NodeInventory informer, the warm-pool driver and the e2b gateway, and
 // adds only what a cluster would otherwise provide: an embedded etcd
 // serving the stored kinds of apiserver/registry (sandboxtemplates,
-// sandboxwarmpools, nodeinventories, leases), N in-process node daemons
+// sandboxwarmpools, nodeinventories, leases, events — and core/v1 events
+// at /api for kubectl describe, with each sandbox's node-recorded ones),
+// N in-process node daemons
 // publishing their NodeInventory into that API, the default pool
 // (defaultpool.yaml, applied at startup) and a kubeconfig, written once
 // the API is ready (serving, view synced). Everything is on loopback.

@@ -1,8 +1,12 @@
 // Package registry serves the kinds the embedded default stores for real:
 // extensions.agents.x-k8s.io/v1beta1 sandboxtemplates and sandboxwarmpools
 // (with the status and scale subresources), sandbox.cocoonstack.io/v1beta1
-// nodeinventories (cluster-scoped) and coordination.k8s.io/v1 leases (so the
-// warm-pool driver elects one leader in every mode).
+// nodeinventories (cluster-scoped), coordination.k8s.io/v1 leases (so the
+// warm-pool driver elects one leader in every mode) and events.k8s.io/v1
+// events (the controllers' Kubernetes Events, kept EventTTLSeconds). For
+// kubectl describe it also builds core/v1 events (LegacyEventsGroup,
+// installed at /api): a read-only, list-only view of the stored events
+// plus a sandbox's node-recorded ones (events.go).
 //
 // Every kind goes through k8s.io/apiserver's generic registry Store over
 // etcd3 storage: resourceVersion, watch (with the watch cache), update,
