@@ -20,7 +20,10 @@ var (
 	citedRE  = regexp.MustCompile(`docs/([A-Za-z0-9_-]+\.md)#([A-Za-z0-9_-]+)`)
 	linkRE   = regexp.MustCompile(`\]\(([A-Za-z0-9_-]+\.md)?#([A-Za-z0-9_-]+)\)`)
 	headerRE = regexp.MustCompile("(?m)^#{1,6} +(.+?) *$")
-	fenceRE  = regexp.MustCompile("(?ms)^```.*?^```")
+	// idRE matches an HTML anchor (<a id="x"></a>), which GitHub keeps:
+	// a table row (an alert's runbook) has no heading of its own.
+	idRE    = regexp.MustCompile(`<a id="([A-Za-z0-9_-]+)"></a>`)
+	fenceRE = regexp.MustCompile("(?ms)^```.*?^```")
 )
 
 // anchor is GitHub's anchor of a heading: lower case, punctuation other
@@ -39,7 +42,7 @@ func anchor(heading string) string {
 }
 
 // anchors are the anchors of page's headings (a repeated heading's
-// second anchor gets "-1", as on GitHub).
+// second anchor gets "-1", as on GitHub) and its HTML anchors.
 func anchors(t *testing.T, page string) map[string]bool {
 	b, err := os.ReadFile(filepath.Join(root, "docs", page))
 	if err != nil {
@@ -54,6 +57,9 @@ func anchors(t *testing.T, page string) map[string]bool {
 			a = base + "-" + strconv.Itoa(i)
 		}
 		out[a] = true
+	}
+	for _, m := range idRE.FindAllStringSubmatch(text, -1) {
+		out[m[1]] = true
 	}
 	return out
 }
