@@ -83,8 +83,16 @@ func (tn *testNode) shutdown(t testing.TB) {
 	}
 }
 
-// waitWarm polls /v1/info until the pool holds want warm VMs.
+// waitWarm polls /v1/info until a pool of template (of any lane) holds
+// want warm VMs.
 func (tn *testNode) waitWarm(t testing.TB, template string, want int32) {
+	t.Helper()
+	tn.waitWarmLane(t, template, "", want)
+}
+
+// waitWarmLane polls /v1/info until template's pool of the lane net (""
+// any lane) holds want warm VMs.
+func (tn *testNode) waitWarmLane(t testing.TB, template, net string, want int32) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -93,12 +101,12 @@ func (tn *testNode) waitWarm(t testing.TB, template string, want int32) {
 			t.Fatal(err)
 		}
 		for _, p := range info.Pools {
-			if p.Template == template && p.Warm == want {
+			if p.Template == template && (net == "" || p.Net == net) && p.Warm == want {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pool %s never reached warm %d: %+v", template, want, info.Pools)
+			t.Fatalf("pool %s (lane %q) never reached warm %d: %+v", template, net, want, info.Pools)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
