@@ -697,6 +697,15 @@ spec:
 		if err != nil {
 			t.Error(err)
 		}
+		// The warm-pool controller's Events (events.k8s.io/v1), stored by
+		// kube-apiserver, in kubectl describe's Events section.
+		err = cluster.Poll(nil, 60*time.Second, 500*time.Millisecond, func() (bool, error) {
+			out, err := kubectl(context.Background(), e.cp.Admin, "", "-n", e.ns, "describe", "sandboxwarmpool", "python")
+			return err == nil && strings.Contains(out, "FillFinished"), fmt.Errorf("kubectl describe sandboxwarmpool python shows no FillFinished event: %v\n%s", err, out)
+		})
+		if err != nil {
+			t.Error(err)
+		}
 	}
 }
 
@@ -955,6 +964,12 @@ func (e *env) hundredClaims(t *testing.T) {
 			"spec", "podTemplate", "spec", "containers")
 		return u
 	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.cp.EtcdURL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	eventsBefore := e.eventWrites(t, cli, nil)
 	var lat []time.Duration
 	retries := 0
 	for i := 0; i < n; i++ {
@@ -983,11 +998,19 @@ func (e *env) hundredClaims(t *testing.T) {
 	t.Logf("%d claims through kube-apiserver: p50 %v, p95 %v, max %v; %d retries on 503 (pool refilling)",
 		n, lat[n/2].Round(time.Millisecond), lat[n*95/100].Round(time.Millisecond), lat[n-1].Round(time.Millisecond), retries)
 
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.cp.EtcdURL}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	// Events: a claim writes none (docs/OPERATIONS.md#the-etcd-writes-they-cost);
+	// what the pool's refills behind the claims write folds into series.
+	// Each write of an Event is a new version of its key.
+	writes := 0
+	for k, v := range e.eventWrites(t, cli, eventsBefore) {
+		writes += int(v)
+		t.Logf("event writes during the claims: %s: %d", k, v)
 	}
-	defer cli.Close()
+	t.Logf("%d Event writes in etcd for %d claims", writes, n)
+	if writes > 20 {
+		t.Errorf("%d Event writes for %d claims: claims must write no Events, refills must fold into series", writes, n)
+	}
+
 	resp, err := cli.Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
@@ -1004,6 +1027,31 @@ func (e *env) hundredClaims(t *testing.T) {
 		t.Errorf("scan of %d etcd keys did not find the SandboxWarmPool; is it scanning the right etcd?", len(resp.Kvs))
 	}
 	t.Logf("etcd: %d keys, none for sandboxes", len(resp.Kvs))
+}
+
+// eventWrites reads the versions of the Event keys of the test's
+// namespace in etcd (every write of an Event makes a new version); with
+// before, it returns how many versions each key gained since (a new key's
+// every version).
+func (e *env) eventWrites(t *testing.T, cli *clientv3.Client, before map[string]int64) map[string]int64 {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, kv := range resp.Kvs {
+		k := string(kv.Key)
+		if !strings.Contains(k, "/events/"+e.ns+"/") {
+			continue
+		}
+		if before == nil {
+			out[k] = kv.Version
+		} else if d := kv.Version - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
 }
 
 // lifecycleExample runs examples/lifecycle's Kubernetes walk (create, get,
