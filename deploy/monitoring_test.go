@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hearthvm/hearth/devserver"
+	"github.com/hearthvm/hearth/devserver/devservertest"
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
@@ -351,7 +352,7 @@ func TestMonitoring_EveryPanelAndAlertQueryReturnsData(t *testing.T) {
 		t.FailNow()
 	}
 
-	dev := startDev(t)
+	dev := devservertest.Start(t).Ready
 	prom := startPrometheus(t, promBin, dev, rulesAbs)
 	prom.waitTargetsUp(t, 1+len(dev.Nodes), 30*time.Second)
 
@@ -422,46 +423,6 @@ func anyNumber(res []sample) bool {
 		}
 	}
 	return false
-}
-
-// startDev runs sandbox-dev in-process (2 sim nodes, the default pool on
-// the busybox root, the e2b gateway) until the test ends.
-func startDev(t *testing.T) devserver.Ready {
-	t.Helper()
-	o := devserver.NewOptions()
-	o.DataDir = t.TempDir()
-	o.SecurePort = 0
-	o.E2BBindAddress = "127.0.0.1:0"
-	o.WarmPoolSyncInterval = time.Second
-	o.PublishInterval = time.Second
-	o.ImageCache = ""
-	readyCh := make(chan devserver.Ready, 1)
-	o.OnReady = func(r devserver.Ready) { readyCh <- r }
-	o.Out = new(strings.Builder)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- devserver.Run(ctx, o) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("sandbox-dev: %v", err)
-			}
-		case <-time.After(2 * time.Minute):
-			t.Error("sandbox-dev did not stop")
-		}
-	})
-	select {
-	case r := <-readyCh:
-		t.Logf("sandbox-dev ready in %s", r.Startup)
-		return r
-	case err := <-done:
-		t.Fatalf("sandbox-dev stopped before ready: %v", err)
-	case <-time.After(3 * time.Minute): // includes building the agent once
-		t.Fatal("sandbox-dev not ready")
-	}
-	return devserver.Ready{}
 }
 
 // prometheus is a running Prometheus and its HTTP API.

@@ -1,7 +1,6 @@
 package devserver_test
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"os"
@@ -18,62 +17,28 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/hearthvm/hearth/devserver"
+	"github.com/hearthvm/hearth/devserver/devservertest"
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
-// dev is one running devserver.Run.
+// dev is one sandbox-dev running in-process (devservertest).
 type dev struct {
-	ready  devserver.Ready
-	cancel context.CancelFunc
-	done   chan error
+	*devservertest.Dev
+	ready devserver.Ready
 }
 
+// start runs sandbox-dev on dataDir (devservertest.Start, then mut) and
+// checks its one ready line names the kubeconfig it wrote.
 func start(t testing.TB, dataDir string, mut ...func(*devserver.Options)) *dev {
 	t.Helper()
-	o := devserver.NewOptions()
-	o.DataDir = dataDir
-	o.SecurePort = 0
-	o.E2BBindAddress = "127.0.0.1:0"
-	o.WarmPoolSyncInterval = time.Second
-	o.PublishInterval = time.Second
-	o.ImageCache = "" // the busybox root: these tests are about the control plane
-	for _, m := range mut {
-		m(o)
+	d := devservertest.Start(t, append([]func(*devserver.Options){func(o *devserver.Options) { o.DataDir = dataDir }}, mut...)...)
+	if out := d.Out(); !strings.Contains(out, d.Kubeconfig) || strings.Count(out, "\n") != 1 {
+		t.Fatalf("ready line: %q", out)
 	}
-	readyCh := make(chan devserver.Ready, 1)
-	o.OnReady = func(r devserver.Ready) { readyCh <- r }
-	var out bytes.Buffer
-	o.Out = &out
-	ctx, cancel := context.WithCancel(context.Background())
-	d := &dev{cancel: cancel, done: make(chan error, 1)}
-	go func() { d.done <- devserver.Run(ctx, o) }()
-	select {
-	case d.ready = <-readyCh:
-	case err := <-d.done:
-		t.Fatalf("devserver stopped before ready: %v", err)
-	case <-time.After(3 * time.Minute): // includes building the agent once
-		cancel()
-		t.Fatal("devserver not ready")
-	}
-	if !strings.Contains(out.String(), d.ready.Kubeconfig) || strings.Count(out.String(), "\n") != 1 {
-		t.Fatalf("ready line: %q", out.String())
-	}
-	t.Logf("ready in %s", d.ready.Startup)
-	return d
+	return &dev{Dev: d, ready: d.Ready}
 }
 
-func (d *dev) stop(t testing.TB) {
-	t.Helper()
-	d.cancel()
-	select {
-	case err := <-d.done:
-		if err != nil {
-			t.Fatalf("devserver: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("devserver did not stop")
-	}
-}
+func (d *dev) stop(t testing.TB) { d.Stop(t) }
 
 func (d *dev) kubectl(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -159,12 +124,7 @@ func TestDevServer_KubectlEndToEndAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := start(t, dir)
-	defer func() {
-		if t.Failed() {
-			d.cancel()
-		}
-	}()
+	d := start(t, dir) // stopped at the test's end if it fails first
 	resp, err := http.Get(d.ready.E2B + "/health")
 	if err != nil {
 		t.Fatal(err)

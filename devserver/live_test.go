@@ -1,7 +1,6 @@
 package devserver_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -22,31 +21,11 @@ import (
 
 var sandboxesGVR = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
 
-// startWith is start with the options adjusted by mut.
+// startWith is start without the e2b gateway, with the options adjusted
+// by mut.
 func startWith(t *testing.T, dataDir string, mut func(*devserver.Options)) *dev {
 	t.Helper()
-	o := devserver.NewOptions()
-	o.DataDir = dataDir
-	o.SecurePort = 0
-	o.E2BBindAddress = ""
-	o.WarmPoolSyncInterval = time.Second
-	mut(o)
-	readyCh := make(chan devserver.Ready, 1)
-	o.OnReady = func(r devserver.Ready) { readyCh <- r }
-	o.Out = &bytes.Buffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	d := &dev{cancel: cancel, done: make(chan error, 1)}
-	go func() { d.done <- devserver.Run(ctx, o) }()
-	select {
-	case d.ready = <-readyCh:
-	case err := <-d.done:
-		t.Fatalf("devserver stopped before ready: %v", err)
-	case <-time.After(3 * time.Minute):
-		cancel()
-		t.Fatal("devserver not ready")
-	}
-	t.Cleanup(func() { d.stop(t) })
-	return d
+	return start(t, dataDir, func(o *devserver.Options) { o.E2BBindAddress = "" }, mut)
 }
 
 func sandboxObject(name string) *unstructured.Unstructured {

@@ -31,12 +31,7 @@ func TestDevServer_RestartKeepsWhatCreateStored(t *testing.T) {
 		t.Skip("starts the whole dev system")
 	}
 	dir := t.TempDir()
-	d := start(t, dir)
-	defer func() {
-		if t.Failed() {
-			d.cancel()
-		}
-	}()
+	d := start(t, dir) // stopped at the test's end if it fails first
 	ctx := context.Background()
 	deadline := time.Now().Add(2 * time.Minute)
 	for d.nodesWarm(t) < 2 {

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"github.com/hearthvm/hearth/devserver"
+	"github.com/hearthvm/hearth/devserver/devservertest"
 	"github.com/hearthvm/hearth/kubectlsandbox"
 	"github.com/hearthvm/hearth/sandbox"
 )
@@ -37,46 +37,6 @@ func TestMain(m *testing.M) {
 		os.Exit(kubectlsandbox.Run())
 	}
 	os.Exit(m.Run())
-}
-
-// startDev runs one sandbox-dev (busybox root, default pool) until the
-// test ends and returns its Ready once a node holds a warm microVM.
-func startDev(t *testing.T) devserver.Ready {
-	t.Helper()
-	o := devserver.NewOptions()
-	o.DataDir = t.TempDir()
-	o.SecurePort = 0
-	o.E2BBindAddress = "127.0.0.1:0"
-	o.WarmPoolSyncInterval = time.Second
-	o.PublishInterval = time.Second
-	o.ImageCache = ""
-	o.Out = io.Discard
-	readyCh := make(chan devserver.Ready, 1)
-	o.OnReady = func(r devserver.Ready) { readyCh <- r }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- devserver.Run(ctx, o) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("devserver: %v", err)
-			}
-		case <-time.After(2 * time.Minute):
-			t.Error("devserver did not stop")
-		}
-	})
-	select {
-	case r := <-readyCh:
-		return r
-	case err := <-done:
-		done <- err // for the cleanup
-		t.Fatalf("devserver stopped before ready: %v", err)
-	case <-time.After(3 * time.Minute): // includes building the agent once
-		t.Fatal("devserver not ready")
-	}
-	return devserver.Ready{}
 }
 
 // poll calls f every 100 ms until it returns nil or within passes.
@@ -123,7 +83,7 @@ func TestPlugin_AgainstSandboxDev(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the dev system")
 	}
-	ready := startDev(t)
+	ready := devservertest.Start(t).Ready
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
