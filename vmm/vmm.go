@@ -160,6 +160,19 @@ type EgressEnforcer interface {
 	SetEgress(ctx context.Context, h Handle, p *egress.Policy) error
 }
 
+// OOMCounter is a Driver that counts the processes the kernel's OOM
+// killer killed in a VM because it ran out of its memory limit (the size
+// class's memory): OOMKills returns the count since the VM's processes
+// started (its cgroup's or its guest kernel's oom_kill counter), which
+// never decreases while they run and starts again from 0 when a Restore
+// restarts them. A driver that cannot read it for h returns an error
+// (ErrNotRunning when h is gone). The node's health sweep reads it for
+// every claimed, non-paused sandbox and records an OOMKilled event when
+// it grew.
+type OOMCounter interface {
+	OOMKills(ctx context.Context, h Handle) (uint64, error)
+}
+
 // Errors a driver returns (wrapped).
 var (
 	ErrNotRunning      = errors.New("vm is not running")

@@ -158,7 +158,10 @@
 // accounting), so the memory limit bounds a VM's total (small: about 7
 // million). The node's fs.file-max should not be lower than that
 // (systemd's default is unlimited), or one VM can take the host's file
-// table. Pause freezes the
+// table. A process that takes the VM past its memory limit is killed by
+// the kernel's OOM killer; OOMKills (vmm.OOMCounter) reads the cgroup's
+// oom_kill counter (v1 memory.oom_control, v2 memory.events), which
+// starts from 0 with each new cgroup. Pause freezes the
 // cgroup (freezer.state / cgroup.freeze) and Resume thaws it. Stop, Destroy
 // and failed starts kill every process in it (cgroup.kill on v2; otherwise
 // freeze, SIGKILL every task, thaw, until empty), then Destroy removes it.
