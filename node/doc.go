@@ -69,10 +69,11 @@
 //
 // Events: each sandbox's record keeps its last nodeapi.MaxSandboxEvents
 // lifecycle events (claimed, paused, resumed, forked, snapshot taken,
-// lease expired, restored, restore failed; a repeat of the newest counts
-// on it), written by the change each describes (no write of their own on
-// the claim path), surviving restarts, and rendered only on lookups (by
-// id, by claim ref). Each pool reports its boots that failed in a row,
+// lease expired, restored, restore failed, OOM-killed; a repeat of the
+// newest counts on it), written by the change each describes (no write of
+// their own on the claim path; an OOM kill is one write by the health
+// sweep that read the driver's grown count, vmm.OOMCounter: oom.go),
+// surviving restarts, and rendered only on lookups (by id, by claim ref). Each pool reports its boots that failed in a row,
 // the last one's error and the warm VMs the sweep evicted
 // (nodeapi.PoolInfo), on GET /v1/info and PUT /v1/pools' answer. See
 // events.go.

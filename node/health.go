@@ -131,12 +131,14 @@ func planEvictions(probes []warmProbe, warm map[string]bool, strikes map[string]
 	return evict, next
 }
 
-// warmCheckLoop runs the sweep (warm VMs, then claimed sandboxes) every WarmCheckInterval until ctx ends.
+// warmCheckLoop runs the sweep (warm VMs, then claimed sandboxes, then
+// their OOM kills: oom.go) every WarmCheckInterval until ctx ends.
 func (n *Node) warmCheckLoop(ctx context.Context) {
 	t := time.NewTicker(n.cfg.WarmCheckInterval)
 	defer t.Stop()
 	strikes := map[string]int{}
 	claimed := map[string]claimHealth{}
+	var oom oomCounts
 	for {
 		select {
 		case <-ctx.Done():
@@ -145,6 +147,7 @@ func (n *Node) warmCheckLoop(ctx context.Context) {
 		}
 		strikes = n.sweepWarm(ctx, strikes)
 		claimed = n.sweepClaimed(ctx, claimed)
+		oom = n.sweepOOM(ctx, oom)
 	}
 }
 

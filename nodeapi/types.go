@@ -252,6 +252,11 @@ const (
 	ReasonRestored = "Restored"
 	// ReasonRestoreFailed (Warning): a restore failed; the node retries.
 	ReasonRestoreFailed = "RestoreFailed"
+	// ReasonOOMKilled (Warning): the kernel's OOM killer killed processes
+	// of the sandbox that took it past its size class's memory (the
+	// message counts them); read by the node's health sweep from drivers
+	// that count them (vmm.OOMCounter: sim).
+	ReasonOOMKilled = "OOMKilled"
 )
 
 // Event is one lifecycle event of a sandbox as its node records it; a
