@@ -13,7 +13,8 @@ import (
 )
 
 // The sandbox log: a bounded record, in the agent's memory, of the
-// processes started through the API (start with the command line, exit
+// processes started through the API (envd's process.Process/Start and
+// the runtime API's POST /execute; start with the command line, exit
 // with the status), each line they write to stdout or stderr, and the
 // agent's own errors (a process that could not start, one killed by its
 // deadline). It never records a process's environment — neither the
@@ -212,6 +213,12 @@ func (w *logLines) write(b []byte) {
 		}
 		b = b[i+1:]
 	}
+}
+
+// Write is write as an io.Writer (a process's stdout or stderr).
+func (w *logLines) Write(b []byte) (int, error) {
+	w.write(b)
+	return len(b), nil
 }
 
 // flush records a last line that had no newline.

@@ -175,3 +175,25 @@ func BenchmarkLogLines(b *testing.B) {
 		})
 	}
 }
+
+// A command run through agent-sandbox's runtime API (POST /execute, what
+// the router and `kubectl sandbox exec` send) is in the log as one started
+// through envd's: its command, output lines and exit, not its environment.
+func TestLog_RuntimeExecuteIsRecorded(t *testing.T) {
+	ta := startAgent(t, func(o *Options) { o.Env = map[string]string{"OPT_SECRET": "opt-secret-value"} })
+	resp := ta.do("POST", agentapi.RuntimePrefix+"/execute", "application/json",
+		strings.NewReader(`{"command":"echo rt-out; echo rt-err >&2; exit 4"}`), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp.Body.Close()
+	l := ta.logsOf("")
+	ev := events(l.Entries)
+	require.Len(t, ev, 4, "%q", ev)
+	require.Equal(t, `start info /bin/sh -c "echo rt-out; echo rt-err >&2; exit 4"`, ev[0])
+	require.ElementsMatch(t, []string{"stdout info rt-out", "stderr info rt-err"}, ev[1:3])
+	require.Equal(t, "exit info exit status 4", ev[3])
+	for _, e := range l.Entries {
+		require.NotZero(t, e.Pid)
+	}
+	raw, _ := json.Marshal(l)
+	require.NotContains(t, string(raw), "opt-secret-value")
+}

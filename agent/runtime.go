@@ -113,7 +113,11 @@ func (a *agent) runtimeExecute(w http.ResponseWriter, r *http.Request) {
 	cmd.Env = a.environ(nil, acct)
 	var stdout, stderr cappedBuffer
 	stdout.max, stderr.max = maxRuntimeOutput, maxRuntimeOutput
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// The sandbox log gets the command, its output lines and its exit, as
+	// for a process started through envd's API (never its environment).
+	outLog := &logLines{log: a.log, event: agentapi.LogStdout}
+	errLog := &logLines{log: a.log, event: agentapi.LogStderr}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&stdout, outLog), io.MultiWriter(&stderr, errLog)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if acct != nil {
 		cmd.SysProcAttr.Credential = acct.credential()
@@ -122,7 +126,27 @@ func (a *agent) runtimeExecute(w http.ResponseWriter, r *http.Request) {
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 200 * time.Millisecond
 	res := executeResult{}
-	err = cmd.Run()
+	// The output's copies start with the process: they wait on the log
+	// writers' locks until the pid is known and the start is recorded.
+	outLog.mu.Lock()
+	errLog.mu.Lock()
+	err = cmd.Start()
+	pid := 0
+	if err == nil {
+		pid = cmd.Process.Pid
+		outLog.pid, errLog.pid = pid, pid
+		a.log.add(agentapi.LogStart, pid, commandLine("/bin/sh", []string{"-c", req.Command}), false)
+	}
+	errLog.mu.Unlock()
+	outLog.mu.Unlock()
+	if err != nil {
+		a.log.add(agentapi.LogError, 0, "starting /bin/sh: "+err.Error(), false)
+		writeRESTError(w, http.StatusInternalServerError, "starting /bin/sh: "+err.Error())
+		return
+	}
+	err = cmd.Wait()
+	outLog.flush()
+	errLog.flush()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -134,8 +158,12 @@ func (a *agent) runtimeExecute(w http.ResponseWriter, r *http.Request) {
 	case cmd.ProcessState != nil: // WaitDelay expired with output held open
 		res.ExitCode = cmd.ProcessState.ExitCode()
 	default:
-		writeRESTError(w, http.StatusInternalServerError, "starting /bin/sh: "+err.Error())
+		a.log.add(agentapi.LogError, pid, "waiting for /bin/sh: "+err.Error(), false)
+		writeRESTError(w, http.StatusInternalServerError, "waiting for /bin/sh: "+err.Error())
 		return
+	}
+	if cmd.ProcessState != nil {
+		a.log.add(agentapi.LogExit, pid, cmd.ProcessState.String(), false)
 	}
 	res.Stdout, res.Stderr = stdout.String(), stderr.String()
 	writeJSONBody(w, res)
