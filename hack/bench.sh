@@ -42,7 +42,7 @@ egress_policy() {
   echo "## Egress policy (go test benchmarks), $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo
   echo '```'
-  go test -run XXX -bench Apply_50Rules -benchtime 300x ./egress/nft/ | grep -E '^Benchmark'
+  go test -run XXX -bench 'Apply_(50Rules|OneRule)' -benchtime 300x ./egress/nft/ | grep -E '^Benchmark'
   go test -run XXX -bench Claim_SimEgressPolicy -benchtime 60x ./node/ | grep -E '^Benchmark'
   go test -run XXX -bench Resume_SimEgress -benchtime 10x ./node/ | grep -E '^Benchmark'
   echo '```'
