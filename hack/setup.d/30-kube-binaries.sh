@@ -38,5 +38,5 @@ else
   echo "$KUBE_VERSION" > "$CACHE/kube-apiserver.version"
 fi
 link kube-apiserver
-"$BIN/etcd" --version | head -1
+"$BIN/etcd" --version | sed -n 1p # sed reads it all: head could leave etcd a SIGPIPE (exit 141 under pipefail)
 "$BIN/kube-apiserver" --version
