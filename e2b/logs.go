@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -53,22 +52,19 @@ type sandboxLogsJSON struct {
 // bad one.
 func logsQuery(r *http.Request) (q agentapi.LogsQuery, none bool, err error) {
 	q.Limit = defaultLogsLimit
-	for _, p := range []struct {
-		name string
-		set  func(int64)
-	}{
-		{"start", func(n int64) { q.Since = time.UnixMilli(n) }},
-		{"limit", func(n int64) { q.Limit = int(min(n, defaultLogsLimit*100)) }},
-	} {
-		v := r.URL.Query().Get(p.name)
-		if v == "" {
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return q, false, fmt.Errorf("%s %q is not a non-negative integer", p.name, v)
-		}
-		p.set(n)
+	start, ok, err := nonNegativeParam(r.URL.Query(), "start", "a non-negative integer")
+	if err != nil {
+		return q, false, err
+	}
+	if ok {
+		q.Since = time.UnixMilli(start)
+	}
+	limit, ok, err := nonNegativeParam(r.URL.Query(), "limit", "a non-negative integer")
+	if err != nil {
+		return q, false, err
+	}
+	if ok {
+		q.Limit = int(min(limit, defaultLogsLimit*100))
 	}
 	return q, q.Limit == 0, nil
 }
@@ -131,12 +127,12 @@ func (g *gateway) handleLogsV2(w http.ResponseWriter, r *http.Request) {
 		name string
 		to   *int64
 	}{{"cursor", &cursor}, {"limit", &limit}} {
-		if s := v.Get(p.name); s != "" {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || n < 0 {
-				writeError(w, http.StatusBadRequest, "%s %q is not a non-negative integer", p.name, s)
-				return
-			}
+		n, ok, err := nonNegativeParam(v, p.name, "a non-negative integer")
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		if ok {
 			*p.to = n
 		}
 	}

@@ -28,11 +28,11 @@ func metricsRange(q url.Values) (start, end int64, err error) {
 		name string
 		to   *int64
 	}{{"start", &start}, {"end", &end}} {
-		if v := q.Get(b.name); v != "" {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
-				return 0, 0, fmt.Errorf("%s %q is not a unix time in seconds", b.name, v)
-			}
+		n, ok, err := nonNegativeParam(q, b.name, "a unix time in seconds")
+		if err != nil {
+			return 0, 0, err
+		}
+		if ok {
 			*b.to = n
 		}
 	}
@@ -73,4 +73,19 @@ func (g *gateway) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// nonNegativeParam reads query parameter name as a non-negative integer:
+// ok is false when it is absent or empty; a value that is not one is an
+// error saying it should be what.
+func nonNegativeParam(q url.Values, name, what string) (n int64, ok bool, err error) {
+	v := q.Get(name)
+	if v == "" {
+		return 0, false, nil
+	}
+	n, err = strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, false, fmt.Errorf("%s %q is not %s", name, v, what)
+	}
+	return n, true, nil
 }
