@@ -1,0 +1,40 @@
+package agentapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/hearthvm/hearth/internal/httpjson"
+)
+
+// OOMKillsPath is GET: the guest kernel's OOM kill count (OOMKills), the
+// oom_kill counter of the guest's /proc/vmstat — the processes the
+// kernel's OOM killer killed since the guest booted. For the node alone
+// (under InternalPathPrefix): a VMM driver asks it for vmm.OOMCounter
+// (qemu). Under the sim backend the agent runs on the host and the count
+// would be the host's: that driver reads its VM's memory cgroup instead.
+// A kernel without the counter (before 4.13) answers 501.
+const OOMKillsPath = InternalPathPrefix + "oom-kills"
+
+// OOMKills is the body of GET OOMKillsPath.
+type OOMKills struct {
+	OOMKills uint64 `json:"oom_kills"`
+}
+
+// OOMKills asks GET OOMKillsPath for the guest kernel's OOM kill count. An
+// agent without the route answers 404 (an *HTTPError; StatusOf tells).
+func (c *Client) OOMKills(ctx context.Context) (uint64, error) {
+	hc := c.HTTP
+	if hc == nil {
+		hc = DefaultHTTPClient
+	}
+	var out OOMKills
+	err := httpjson.Call{Method: http.MethodGet, URL: "http://" + c.Addr + OOMKillsPath, Header: AccessTokenHeader, Value: c.Token, Out: &out, ErrLimit: maxMessage}.Do(ctx, hc)
+	var he *httpjson.Error
+	if errors.As(err, &he) {
+		return 0, &HTTPError{Path: OOMKillsPath, Status: he.Status, Message: strings.TrimSpace(string(he.Body))}
+	}
+	return out.OOMKills, err
+}
