@@ -795,6 +795,34 @@ func (e *env) kubectlLifecycle(t *testing.T) {
 	}
 }
 
+// describeShowsNodeEvents polls kubectl describe sandbox name until its
+// Events section shows every reason (written by the sandbox's node to the
+// kube-apiserver, which serves core/v1 Events itself), from sandboxd.
+func (e *env) describeShowsNodeEvents(t *testing.T, name string, reasons ...string) {
+	t.Helper()
+	var out string
+	err := cluster.Poll(nil, 30*time.Second, 250*time.Millisecond, func() (bool, error) {
+		var err error
+		out, err = kubectl(context.Background(), e.cp.Admin, "", "-n", e.ns, "describe", "sandbox", name)
+		if err != nil {
+			return false, err
+		}
+		_, evs, _ := strings.Cut(out, "\nEvents:")
+		for _, r := range reasons {
+			if !strings.Contains(evs, " "+r+" ") {
+				return false, fmt.Errorf("no %s event yet", r)
+			}
+		}
+		return strings.Contains(evs, nodeapi.EventsController), fmt.Errorf("events not from %s", nodeapi.EventsController)
+	})
+	if err != nil {
+		t.Errorf("kubectl describe sandbox %s: %v\n%s", name, err, out)
+		return
+	}
+	_, evs, _ := strings.Cut(out, "\nEvents:")
+	t.Logf("kubectl describe sandbox %s, Events:%s", name, evs)
+}
+
 // raw POSTs body to a sandbox subresource with `kubectl create --raw`.
 func (e *env) raw(t *testing.T, name, sub, body string) map[string]any {
 	t.Helper()
@@ -816,8 +844,17 @@ func (e *env) phase(t *testing.T, name string) string {
 	return u.GetLabels()[sandbox.LabelPhase]
 }
 
-// subresources: pause, resume, snapshot and fork through kube-apiserver.
+// subresources: pause, resume, snapshot and fork through kube-apiserver;
+// the node writes each as an events.k8s.io/v1 Event regarding the Sandbox
+// (its uid the aggregated API's), so kubectl describe sandbox shows them,
+// one Event write each (the claim writes none).
 func (e *env) subresources(t *testing.T) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.cp.EtcdURL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	eventsBefore := e.eventWrites(t, cli, nil)
 	e.kubectlCreate(t, e.cp.Admin, "sb2")
 	e.raw(t, "sb2", "pause", `{"apiVersion":"agents.x-k8s.io/v1beta1","kind":"SandboxPauseOptions"}`)
 	if p := e.phase(t, "sb2"); p != sandbox.PhasePaused {
@@ -844,6 +881,16 @@ func (e *env) subresources(t *testing.T) {
 	// The fork child is readable by name at once, then deletable.
 	if _, err := e.dyn.Resource(sandboxesGVR).Namespace(e.ns).Get(context.Background(), childName, metav1.GetOptions{}); err != nil {
 		t.Errorf("get fork child %q: %v", childName, err)
+	}
+	e.describeShowsNodeEvents(t, "sb2", "Paused", "Resumed", "SnapshotTaken", "Forked")
+	writes := 0
+	for k, v := range e.eventWrites(t, cli, eventsBefore) {
+		writes += int(v)
+		t.Logf("event writes for a claim, pause, resume, snapshot and fork: %s: %d", k, v)
+	}
+	t.Logf("%d Event writes for a claim, pause, resume, snapshot and fork", writes)
+	if writes > 8 {
+		t.Errorf("%d Event writes for one claim and four lifecycle changes: want one per change, none for the claim", writes)
 	}
 	mustKubectl(t, e.cp.Admin, "", "-n", e.ns, "delete", "sandbox", childName, "sb2", "--timeout=60s")
 }

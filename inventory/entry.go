@@ -3,7 +3,9 @@ package inventory
 import (
 	"time"
 
+	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/sandbox"
@@ -18,6 +20,22 @@ func NameOf(s *nodeapi.Sandbox) string {
 		return s.ClaimRef
 	}
 	return "default/" + nodeapi.DNSName(s.ID)
+}
+
+// uidSpace is the namespace of the name-based sandbox uids.
+var uidSpace = uuid.MustParse("3d0f6c52-8a4b-4e57-9b1e-7c2a9f64d0b3")
+
+// UID is the metadata.uid of the Sandbox object of claim id on node: a
+// name-based (SHA-1) UUID of both, so every read on every API server
+// replica, before and after a node restart, renders the same uid, a new
+// claim of the same name gets a new one, and the node itself names the
+// object its Kubernetes Events regard with the uid the API serves. Empty
+// for an empty id.
+func UID(node, id string) types.UID {
+	if id == "" {
+		return ""
+	}
+	return types.UID(uuid.NewSHA1(uidSpace, []byte(node+"/"+id)).String())
 }
 
 // PhaseOf is the phase a node reports: Paused or Running.

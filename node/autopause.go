@@ -63,12 +63,14 @@ func (n *Node) pauseAtTimeout(ctx context.Context, id string) bool {
 		if life.PauseWithoutMemory {
 			ev.Message = "lease expired; paused without memory (on_timeout pause)"
 		}
-		if _, err := n.update(sb, func(r *record) {
+		rec, err := n.update(sb, func(r *record) {
 			r.Handle, r.Paused, r.Stopped = h, true, life.PauseWithoutMemory
 			r.record(ev)
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
+		n.kubeEvent(&rec, ev)
 		return nil
 	})
 	switch {

@@ -73,7 +73,12 @@
 // newest counts on it), written by the change each describes (no write of
 // their own on the claim path; an OOM kill is one write by the health
 // sweep that read the driver's grown count, vmm.OOMCounter: oom.go),
-// surviving restarts, and rendered only on lookups (by id, by claim ref). Each pool reports its boots that failed in a row,
+// surviving restarts, and rendered only on lookups (by id, by claim ref).
+// With Config.Events (a Kubernetes client: sandboxd --kubeconfig,
+// --publish-in-cluster) each but Claimed of a sandbox with a claim ref is
+// also written, as it is recorded, as an events.k8s.io/v1 Event regarding
+// its Sandbox object, uid the aggregated API's (kubeevents.go); a claim
+// never writes one. Each pool reports its boots that failed in a row,
 // the last one's error and the warm VMs the sweep evicted
 // (nodeapi.PoolInfo), on GET /v1/info and PUT /v1/pools' answer. See
 // events.go.

@@ -66,6 +66,7 @@ func (n *Node) note(sb *sandbox, e nodeapi.Event) {
 	if err := n.store.putSandboxes(rec); err != nil {
 		n.log.Error(err, "Cannot persist a sandbox event", "id", rec.ID, "reason", e.Reason)
 	}
+	n.kubeEvent(&rec, e)
 }
 
 // claimedWarm is the message of a warm claim's Claimed event.

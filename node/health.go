@@ -546,6 +546,7 @@ func (n *Node) restoreClaimed(ctx context.Context, p claimProbe) bool {
 	if err := n.store.putSandboxes(rec); err != nil {
 		n.log.Error(err, "Cannot persist a restored sandbox", "id", p.ID)
 	}
+	n.kubeEvent(&rec, ev)
 	if err := n.enforceEgress(ctx, rec); err != nil {
 		n.log.Error(err, "Cannot enforce a restored sandbox's egress policy", "id", p.ID)
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/hearthvm/hearth/agentapi"
+	"github.com/hearthvm/hearth/internal/kubeevents"
 	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/internal/tracing"
 	"github.com/hearthvm/hearth/inventory"
@@ -54,6 +55,10 @@ type Config struct {
 	InventoryInterval time.Duration
 	// Publisher receives the inventory; nil disables publishing.
 	Publisher inventory.Publisher
+	// Events, when set, receives the sandboxes' lifecycle events but
+	// Claimed as events.k8s.io/v1 Events regarding their Sandbox objects
+	// (kubeevents.go); nil writes none. The caller owns it (its Shutdown).
+	Events *kubeevents.Recorder
 	// Logger defaults to klog.Background().
 	Logger klog.Logger
 	// Now is the clock; default time.Now.
@@ -306,16 +311,20 @@ func (n *Node) recover(ctx context.Context) error {
 				// Keep it (listed, releasable, reaped at its deadline) so
 				// the next start can try again: its state is still on disk.
 				n.log.Error(err, "Cannot restart a claimed sandbox; keeping it for a later restore", "id", r.ID, "claimRef", r.ClaimRef)
-				r.record(n.event(nodeapi.EventWarning, nodeapi.ReasonRestoreFailed, "the node restarted; restoring the sandbox failed, kept for a later restore"))
+				ev := n.event(nodeapi.EventWarning, nodeapi.ReasonRestoreFailed, "the node restarted; restoring the sandbox failed, kept for a later restore")
+				r.record(ev)
 				if err := n.store.putSandboxes(r); err != nil {
 					n.log.Error(err, "Cannot persist a sandbox event", "id", r.ID)
 				}
+				n.kubeEvent(&r, ev)
 			default:
 				r.Handle = h
-				r.record(n.event(nodeapi.EventNormal, nodeapi.ReasonRestored, "the node restarted; the sandbox was restored"))
+				ev := n.event(nodeapi.EventNormal, nodeapi.ReasonRestored, "the node restarted; the sandbox was restored")
+				r.record(ev)
 				if err := n.store.putSandboxes(r); err != nil {
 					n.log.Error(err, "Cannot persist a restored sandbox", "id", r.ID)
 				}
+				n.kubeEvent(&r, ev)
 				// A re-adopted VM's filter is kept but its resolver is
 				// new; a restarted one is a new boot: either way the
 				// driver is told the policy again.

@@ -261,6 +261,7 @@ func (n *Node) pause(ctx context.Context, id string, pause, keepMemory bool) err
 		if err != nil {
 			return err
 		}
+		n.kubeEvent(&rec, ev)
 		if stopped && !pause {
 			// A VM restored from its files is a new boot: its filter and
 			// resolver are new, and its agent has no env yet.

@@ -127,8 +127,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.Quota.AddFlags(fs)
 	fs.Var(&o.DiskSize, "disk-size", DiskSizeFlagHelp)
 	fs.Var(kvFlag{&o.VMMOptions}, "vmm-opt", "backend-specific setting KEY=VALUE (repeatable): sim and qemu: image_cache (a dir; default: the host's image cache; empty: the backend's minimal busybox root); sim: rootfs, uid_base, cgroup_parent, lower_cache, uplink_netns (the network namespace, a path, the egress lane leaves from), dns (the egress resolvers' upstream servers, comma-separated host[:port]; default that namespace's or the host's resolv.conf); qemu: binary, config, accel (auto|kvm|tcg), disk, egress_uid (the first of the egress VMs' uids, one each), egress_uids (how many; default 512), egress_firewall, dns (as sim's); firecracker: binary, kernel, initrd, rootfs, boot_args; cloud-hypervisor: binary, kernel, initramfs, rootfs, cmdline, memory_restore_mode")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster to publish NodeInventory to (server-side apply); empty = no publishing unless --publish-in-cluster")
-	fs.BoolVar(&o.PublishInCluster, "publish-in-cluster", o.PublishInCluster, "publish NodeInventory with the pod's ServiceAccount (in-cluster configuration) instead of --kubeconfig")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster to publish NodeInventory to (server-side apply) and to write the sandboxes' lifecycle events to (events.k8s.io/v1 Events but Claimed); empty = neither unless --publish-in-cluster")
+	fs.BoolVar(&o.PublishInCluster, "publish-in-cluster", o.PublishInCluster, "publish NodeInventory and write the sandboxes' lifecycle events with the pod's ServiceAccount (in-cluster configuration) instead of --kubeconfig")
 }
 
 // Complete fills in defaults that depend on the environment.
@@ -231,7 +231,7 @@ func readTokenFile(flag, path string) (string, error) {
 }
 
 // Config returns the Node configuration the options describe; the caller
-// sets Driver and Publisher.
+// sets Driver, Publisher and Events (from PublishConfig).
 func (o *Options) Config(nodeToken, rootToken string) Config {
 	return Config{
 		Name:               o.NodeName,
@@ -249,8 +249,9 @@ func (o *Options) Config(nodeToken, rootToken string) Config {
 }
 
 // PublishConfig is the client configuration NodeInventory is published
-// with: --kubeconfig's, the pod's ServiceAccount with --publish-in-cluster,
-// or nil (no publishing).
+// and the sandboxes' lifecycle events written (Config.Events) with:
+// --kubeconfig's, the pod's ServiceAccount with --publish-in-cluster, or
+// nil (neither).
 func (o *Options) PublishConfig() (*rest.Config, error) {
 	switch {
 	case o.PublishInCluster:

@@ -233,6 +233,12 @@ const (
 	EventWarning = "Warning"
 )
 
+// EventsController is the reportingController of a sandbox's events: its
+// node records them, and writes all but Claimed to the Kubernetes API as
+// events.k8s.io/v1 Events when it has a client (sandboxd --kubeconfig or
+// --publish-in-cluster).
+const EventsController = "hearth.dev/sandboxd"
+
 // Event reasons a node records (Event.Reason).
 const (
 	// ReasonClaimed: the sandbox was claimed (from a warm pool, a fork or

@@ -16,10 +16,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"k8s.io/klog/v2"
 
+	"github.com/hearthvm/hearth/internal/kubeevents"
 	"github.com/hearthvm/hearth/internal/serve"
 	"github.com/hearthvm/hearth/internal/tracing"
 	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/node"
+	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/vmm/backends"
 	"github.com/hearthvm/hearth/vmm/sim"
 )
@@ -87,6 +89,14 @@ func run(o *node.Options, to *tracing.Options) error {
 		if cfg.Publisher, err = inventory.NewApplyPublisher(rc, inventory.DefaultFieldManager); err != nil {
 			return err
 		}
+		// The same client writes the sandboxes' lifecycle events as
+		// events.k8s.io/v1 Events (node/kubeevents.go).
+		ectx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if cfg.Events, err = kubeevents.New(ectx, rc, nodeapi.EventsController); err != nil {
+			return err
+		}
+		defer cfg.Events.Shutdown()
 	}
 	n, err := node.New(cfg)
 	if err != nil {

@@ -1,5 +1,6 @@
 // Package kubeevents is how Hearth's controllers (the warm-pool controller,
-// the SandboxClaim controller) write Kubernetes Events: client-go's
+// the SandboxClaim controller) and its nodes (sandboxd: a sandbox's
+// lifecycle events but Claimed) write Kubernetes Events: client-go's
 // events.k8s.io/v1 broadcaster (k8s.io/client-go/tools/events), whose
 // correlation folds an event that repeats one already written (same
 // regarding object, type, reason, action and controller: the note is not

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
@@ -48,19 +47,9 @@ func userPart(m map[string]string, stamped map[string]bool) map[string]string {
 	return out
 }
 
-// uidSpace is the namespace of the name-based sandbox uids.
-var uidSpace = uuid.MustParse("3d0f6c52-8a4b-4e57-9b1e-7c2a9f64d0b3")
-
-// uidOf is a sandbox's metadata.uid: a name-based (SHA-1) UUID of its node
-// and claim id, so every read on every replica, before and after a node
-// restart, renders the same uid, and a new claim of the same name gets a
-// new one.
-func uidOf(s *nodeapi.Sandbox) types.UID {
-	if s.ID == "" {
-		return ""
-	}
-	return types.UID(uuid.NewSHA1(uidSpace, []byte(s.Node+"/"+s.ID)).String())
-}
+// uidOf is a sandbox's metadata.uid (inventory.UID of its node and claim
+// id): the same on every read, and the one its node's Events regard.
+func uidOf(s *nodeapi.Sandbox) types.UID { return inventory.UID(s.Node, s.ID) }
 
 // recordedSpec is what Create records of a spec: all of it except the live
 // state a read renders from the claim (operatingMode, shutdownTime).

@@ -14,9 +14,10 @@ import (
 	"github.com/hearthvm/hearth/nodeapi"
 )
 
-// EventsController is the reportingController of a sandbox's events: its
-// node records them (nodeapi.Sandbox.Events), no controller writes them.
-const EventsController = "hearth.dev/sandboxd"
+// EventsController is the reportingController of a sandbox's events
+// (nodeapi.EventsController): its node records them (nodeapi.Sandbox.Events)
+// and, on a cluster, writes them but Claimed to the kube-apiserver.
+const EventsController = nodeapi.EventsController
 
 // NodeEvents returns the events the node of sandbox ns/name recorded, as
 // core/v1 events regarding its Sandbox (CoreEvents): one lookup of the
