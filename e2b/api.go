@@ -27,6 +27,12 @@ type Fleet interface {
 	// KnownByID finds id through the fleet's index or view and asks only
 	// the node they name (never a fan-out); ErrNotFound otherwise.
 	KnownByID(ctx context.Context, id string) (nodeapi.Sandbox, error)
+	// ViewByID is the live fleet view's record of id (no token), from
+	// memory: no node call. The data plane checks every cached route
+	// against it (cache.go), so a pause made elsewhere (the Kubernetes
+	// API, another gateway replica) ends the route as soon as the view
+	// has it.
+	ViewByID(id string) (nodeapi.Sandbox, bool)
 	List(ctx context.Context) ([]nodeapi.Sandbox, error)
 	Pools(ctx context.Context) ([]nodeapi.PoolInfo, error)
 	Release(ctx context.Context, s nodeapi.Sandbox) error

@@ -60,11 +60,29 @@ func (g *gateway) dropRoute(rawID string) {
 	}
 }
 
-// cachedRoute is key's route when cached and not expired at now. A hit
-// is a Peek (a shared lock: concurrent requests do not serialize on it)
-// and does not refresh the entry's recency; a route in use is re-added,
-// and so refreshed, each routeTTL.
+// cachedRoute is key's route when cached, not expired at now and not
+// stale in the live fleet view. A hit is a Peek (a shared lock: concurrent
+// requests do not serialize on it) and does not refresh the entry's
+// recency; a route in use is re-added, and so refreshed, each routeTTL.
+//
+// Stale: the view (Fleet.ViewByID, memory only) holds the sandbox paused,
+// or at another agent address (a sandbox resumed from its disk). A pause
+// through this gateway drops the route itself (forget); one made anywhere
+// else — the Kubernetes API's pause subresource, another replica, the
+// node's idle auto-pause — reaches every replica's view through the
+// node's change stream, and the route ends there: the request is routed
+// afresh (route: the node confirms the pause, and the answer is e2b's 502
+// or an autoResume), instead of going to the paused VM's agent and
+// hanging until a resume. A sandbox the view does not hold (yet) keeps
+// its route.
 func (g *gateway) cachedRoute(key string, now time.Time) (route, bool) {
 	rt, ok := g.routes.Peek(key)
-	return rt, ok && now.Before(rt.exp)
+	if !ok || !now.Before(rt.exp) {
+		return rt, false
+	}
+	if s, seen := g.fleet.ViewByID(rt.id); seen && (s.Paused || s.AgentAddr != "" && s.AgentAddr != rt.addr) {
+		g.routes.Remove(key)
+		return route{}, false
+	}
+	return rt, true
 }

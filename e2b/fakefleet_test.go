@@ -206,6 +206,20 @@ func (f *fakeFleet) KnownByID(ctx context.Context, id string) (nodeapi.Sandbox, 
 	return f.LiveByID(ctx, id)
 }
 
+// ViewByID is the fake's view: its sandboxes as they are, without token
+// (no node call, not counted in lookups).
+func (f *fakeFleet) ViewByID(id string) (nodeapi.Sandbox, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sandboxes[id]
+	if !ok {
+		return nodeapi.Sandbox{}, false
+	}
+	l := s.loc
+	l.Token = ""
+	return l, true
+}
+
 // List is every sandbox, without tokens.
 func (f *fakeFleet) List(ctx context.Context) ([]nodeapi.Sandbox, error) {
 	f.mu.Lock()

@@ -38,13 +38,21 @@ import (
 // unknown, killed or paused sandbox answers 502, which the SDK reads as
 // "not running" — a paused sandbox created with autoResume is resumed by
 // the request instead, once the request is admitted (a refused one resumes
-// nothing).
+// nothing). That holds whoever paused it: a route is cached for routeTTL,
+// but every cached route is checked, in memory, against the live fleet
+// view (Fleet.ViewByID, cachedRoute), so a pause made elsewhere — the
+// Kubernetes API, another replica, the node's auto-pause — ends it as soon
+// as the node's change stream has brought it to the view (milliseconds),
+// and the request is answered as for any paused sandbox instead of going
+// to the paused VM's agent and waiting for a resume. A request already
+// proxied when the VM pauses waits, like any TCP peer of a frozen VM.
 
 // EnvdPort is the agent's port in e2b addressing (agentapi.Port).
 const EnvdPort = agentapi.Port
 
 // routeTTL bounds how long an id → agent route is reused without asking
-// the fleet; kills through this gateway drop the route at once.
+// the fleet; kills and pauses through this gateway drop the route at once,
+// and a pause anywhere else as soon as the live view shows it (cachedRoute).
 const routeTTL = 2 * time.Second
 
 type route struct {

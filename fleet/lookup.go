@@ -63,6 +63,19 @@ func (f *NodeFleet) KnownByID(ctx context.Context, id string) (nodeapi.Sandbox, 
 	return f.askKnown(ctx, id, false)
 }
 
+// ViewByID is the live view's entry of claim id, read from memory: no
+// node call. Its record carries no token (inventory.Item.Sandbox); ok is
+// false for an id the view does not hold (yet: a claim this fleet made
+// reaches the view through its node's change stream). The e2b gateway
+// checks its cached routes against it on every request.
+func (f *NodeFleet) ViewByID(id string) (nodeapi.Sandbox, bool) {
+	v, ok := f.cfg.View.CurrentByID(id)
+	if !ok || v.Entry == nil || v.Node == nil {
+		return nodeapi.Sandbox{}, false
+	}
+	return v.Sandbox(), true
+}
+
 // KnownByRef is KnownByID for a claim ref: at most the one node the
 // claim-time index, else the view, names; never a fan-out (the e2b
 // gateway's router, for a caller with no Kubernetes grant).
