@@ -159,6 +159,8 @@ func TestKustomizeBase(t *testing.T) {
 	if cr := find(objs, "ClusterRole", "hearth:sandboxd"); cr != nil {
 		if s := toString(cr.Object["rules"]); !strings.Contains(s, "nodeinventories") || !strings.Contains(s, "create") || !strings.Contains(s, "patch") {
 			t.Errorf("sandboxd rules = %s", s)
+		} else if !strings.Contains(s, `{"apiGroups":["events.k8s.io"],"resources":["events"],"verbs":["create","patch"]}`) {
+			t.Errorf("sandboxd rules = %s: want events.k8s.io events create and patch (its sandboxes' lifecycle events)", s)
 		}
 	}
 }
