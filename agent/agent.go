@@ -254,6 +254,7 @@ func Run(ctx context.Context, o Options) error {
 	a := newAgent(o)
 	defer a.killAll()
 	srv := serve.NewServer(a, serveOptions)
+	srv.RegisterOnShutdown(a.log.close) // followed logs end (logfollow.go)
 	ln = serve.Listen(ln, serveOptions)
 	go func() {
 		<-ctx.Done()

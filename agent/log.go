@@ -27,7 +27,8 @@ import (
 // agentapi.LogEntryOverhead), newest kept; a line longer than
 // agentapi.MaxLogLine is cut there. The log lives as long as the agent
 // (a restarted agent starts an empty one). GET agentapi.LogsPath serves
-// it, for the node alone.
+// it, for the node alone; with follow=true it streams it, entry by entry
+// as they are written (logfollow.go).
 
 // logRing is the sandbox log: entries oldest first in a ring.
 type logRing struct {
@@ -39,6 +40,13 @@ type logRing struct {
 	bytes   int
 	dropped int64
 	now     func() time.Time
+	// notify is closed when entries are added (or the log closes); nil
+	// while no follower waits (logfollow.go).
+	notify chan struct{}
+	// closed: the agent stops; followers end.
+	closed bool
+	// followers counts the follows served now (agentapi.MaxLogFollowers).
+	followers int
 }
 
 func newLogRing(max int) *logRing {
@@ -116,6 +124,7 @@ func (l *logRing) addLines(event string, pid int, lines []logLine) {
 		}
 		l.push(logEntry{unixNano: now, msg: msg, pid: int32(pid), event: ev, truncated: truncated})
 	}
+	l.wakeLocked()
 }
 
 // push appends e, dropping the oldest entries beyond the bound (l.mu held).
@@ -145,6 +154,13 @@ func (l *logRing) push(e logEntry) {
 // snapshot returns the entries q selects, oldest first, and the count of
 // dropped entries.
 func (l *logRing) snapshot(q agentapi.LogsQuery) agentapi.Logs {
+	logs, _ := l.snapshotAt(q)
+	return logs
+}
+
+// snapshotAt is snapshot and the cursor just past its newest entry (what
+// a follower reads on from, logfollow.go).
+func (l *logRing) snapshotAt(q agentapi.LogsQuery) (agentapi.Logs, int64) {
 	l.mu.Lock()
 	held := make([]logEntry, l.n)
 	for i := range l.n {
@@ -156,7 +172,7 @@ func (l *logRing) snapshot(q agentapi.LogsQuery) agentapi.Logs {
 	for i := range held {
 		all[i] = held[i].wire()
 	}
-	return agentapi.Logs{Entries: q.Select(all), Dropped: dropped}
+	return agentapi.Logs{Entries: q.Select(all), Dropped: dropped}, dropped + int64(len(held))
 }
 
 // cutUTF8 cuts s to at most n bytes without splitting a rune.
@@ -251,11 +267,21 @@ func commandLine(cmd string, args []string) string {
 	return b.String()
 }
 
-// handleLogs serves GET agentapi.LogsPath.
+// handleLogs serves GET agentapi.LogsPath; follow=true streams it
+// (logfollow.go).
 func (a *agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 	q, err := agentapi.ParseLogsQuery(r.URL.Query())
 	if err != nil {
 		writeRESTError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	follow, err := agentapi.ParseFollow(r.URL.Query())
+	if err != nil {
+		writeRESTError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if follow {
+		a.log.serveFollow(w, r, q)
 		return
 	}
 	writeJSONBody(w, a.log.snapshot(q))
