@@ -48,6 +48,15 @@ func TestDevServer_KubectlDescribeShowsEvents(t *testing.T) {
 	if !strings.Contains(out, "Claimed") {
 		t.Fatalf("kubectl events --for sandbox/demo:\n%s", out)
 	}
+	// sandbox-dev's nodes write no Events (node.Config.Events unset): the
+	// view renders their records, so an event is shown once, never also
+	// stored.
+	if out := d.mustKubectl(t, "describe", "sandbox", "demo"); strings.Count(out, " Paused ") != 1 {
+		t.Fatalf("kubectl describe sandbox demo shows Paused %d times:\n%s", strings.Count(out, " Paused "), out)
+	}
+	if out := d.mustKubectl(t, "get", "events.events.k8s.io", "--field-selector", "regarding.kind=Sandbox", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Fatalf("sandbox-dev stored Events regarding a Sandbox:\n%s", out)
+	}
 	if out, err := d.kubectl(t, "get", "events", "--field-selector", "involvedObject.bogus=x"); err == nil {
 		t.Fatalf("an unknown field selector was accepted:\n%s", out)
 	}
