@@ -56,6 +56,15 @@
 // terminal's output) and its own errors — never a process's environment.
 // GET agentapi.LogsPath serves it to the node.
 //
+// Started held (Options.Hold, --hold), the agent answers the node at once
+// — GET /health and the paths under agentapi.InternalPathPrefix — and
+// holds every other request (envd's, /files, /init, the runtime API, the
+// code interpreter, every port forward) until the node opens it with POST
+// agentapi.OpenPath, at most 30 s each, then 503 (hold.go). The node
+// boots the VMs of a lane whose egress policy it enforces held and opens
+// one once its claim's policy is in: no request of the sandbox runs
+// before.
+//
 // The agent owns the processes it starts (killed when Run returns) and
 // nothing on the host side.
 package agent
@@ -119,6 +128,10 @@ type Options struct {
 	// learns its sandbox id (agentapi.SandboxIDHeader). sandbox-agent's default is
 	// /run/e2b; empty writes nothing.
 	E2BRunDir string
+	// Hold holds every request but the node's (GET /health, the paths
+	// under agentapi.InternalPathPrefix) until the node opens the agent
+	// (POST agentapi.OpenPath), at most 30 s each, then 503 (hold.go).
+	Hold bool
 }
 
 // agent is the handler's state: the /init env vars and the running processes.
@@ -137,6 +150,8 @@ type agent struct {
 	interp *interpreter
 	// log is the sandbox log (log.go).
 	log *logRing
+	// gate holds requests until the node opens the agent (hold.go).
+	gate *gate
 }
 
 // NewHandler returns the agent's HTTP handler. Processes it starts live
@@ -148,7 +163,7 @@ func newAgent(o Options) *agent {
 		o.Root, _ = os.Getwd()
 	}
 	o.Root, _ = filepath.Abs(o.Root)
-	a := &agent{o: o, mux: http.NewServeMux(), initEnv: map[string]string{}, procs: map[int]*process{}, log: newLogRing(agentapi.MaxLogBytes)}
+	a := &agent{o: o, mux: http.NewServeMux(), initEnv: map[string]string{}, procs: map[int]*process{}, log: newLogRing(agentapi.MaxLogBytes), gate: newGate(o.Hold)}
 	a.interp = newInterpreter(a)
 	a.writeRunFile(".E2B_SANDBOX", "true")
 	m := a.mux
@@ -156,6 +171,7 @@ func newAgent(o Options) *agent {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	m.HandleFunc("POST "+agentapi.InitPath, a.handleInit)
+	m.HandleFunc("POST "+agentapi.OpenPath, a.handleOpen)
 	m.HandleFunc("POST "+agentapi.IdentityPath, a.handleIdentity)
 	m.HandleFunc("GET "+agentapi.LogsPath, a.handleLogs)
 	m.HandleFunc("GET /files", a.handleGetFile)
@@ -206,6 +222,9 @@ func (a *agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if fwd || isStream(r) {
 		serve.Unbound(w) // authenticated: the stream lasts as long as it needs
+	}
+	if !a.gate.pass(w, r, fwd) {
+		return // held until the node opened the agent, in vain (hold.go)
 	}
 	if fwd && ferr == nil && fport == agentapi.InterpreterPort && !a.o.NoInterpreter {
 		// The interpreter runs code: the forward-only credential opens its
@@ -324,6 +343,7 @@ func Main(args []string) int {
 	envFile := fs.String("env-file", "", "file holding a JSON object of environment variables added to every process (any value; with --env, the file wins)")
 	fs.StringVar(&o.Python, "python", "python3", "interpreter of the code contexts served on port 49999")
 	fs.BoolVar(&o.NoInterpreter, "no-interpreter", false, "do not serve the code interpreter: port 49999 is the guest's own")
+	fs.BoolVar(&o.Hold, "hold", false, "hold every request but the node's (/health, /hearth/*) until the node opens the agent (POST /hearth/open)")
 	fs.StringVar(&o.E2BRunDir, "e2b-run-dir", "/run/e2b", "envd's run directory (.E2B_SANDBOX, .E2B_SANDBOX_ID); empty: none")
 	tokenFile := fs.String("token-file", "", "file holding the access token (default: $HEARTH_AGENT_TOKEN)")
 	if err := fs.Parse(args); err != nil {

@@ -235,6 +235,14 @@ func (a *agent) writeMultipart(r *http.Request, q string, acct *account) ([]writ
 }
 
 func (a *agent) handleInit(w http.ResponseWriter, r *http.Request) {
+	if a.applyInit(w, r) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// applyInit adds the env of r's agentapi.InitRequest to later processes;
+// on a bad body it answers 400 and reports false.
+func (a *agent) applyInit(w http.ResponseWriter, r *http.Request) bool {
 	var req agentapi.InitRequest
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxMessage+1))
 	if err == nil && len(b) > maxMessage {
@@ -245,12 +253,12 @@ func (a *agent) handleInit(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		writeRESTError(w, http.StatusBadRequest, err.Error())
-		return
+		return false
 	}
 	a.mu.Lock()
 	for k, v := range req.EnvVars {
 		a.initEnv[k] = v
 	}
 	a.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
+	return true
 }

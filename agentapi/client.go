@@ -34,7 +34,7 @@ type Client struct {
 
 // HTTPError is a non-2xx answer from an agent.
 type HTTPError struct {
-	// Path is the route asked (InitPath, IdentityPath, HealthPath).
+	// Path is the route asked (InitPath, OpenPath, IdentityPath, HealthPath).
 	Path   string
 	Status int
 	// Message is the answer's body, at most 4 KiB, trimmed.
@@ -67,6 +67,13 @@ func (c *Client) Health(ctx context.Context) error {
 // (an *HTTPError; StatusOf tells).
 func (c *Client) Init(ctx context.Context, env map[string]string) error {
 	return c.do(ctx, http.MethodPost, InitPath, InitRequest{EnvVars: env})
+}
+
+// Open posts env to OpenPath: what Init does, and it opens an agent that
+// holds requests until the node opens it (OpenPath). An agent without the
+// route answers 404 (an *HTTPError).
+func (c *Client) Open(ctx context.Context, env map[string]string) error {
+	return c.do(ctx, http.MethodPost, OpenPath, InitRequest{EnvVars: env})
 }
 
 // SetIdentity re-keys the agent: it presents c.Token, the agent's current

@@ -18,6 +18,7 @@
 //
 //	GET  /health                 → 204; the one route that needs no token
 //	POST /init                   InitRequest → 204 (envVars added to every later process)
+//	POST /hearth/open            InitRequest → 204 (as /init, and opens a held agent; node only)
 //	POST /hearth/identity        IdentityRequest → 204 (the token is replaced; node only)
 //	GET  /hearth/logs?since=&tail=&limit=  → Logs (the sandbox log, LogsQuery; node only)
 //	GET|POST /files?…&signature= a signed file URL (FileSignature) instead of the token

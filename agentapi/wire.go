@@ -73,6 +73,19 @@ const HealthPath = "/health"
 // there).
 const InitPath = "/init"
 
+// OpenPath is POST InitRequest, for the node alone (under
+// InternalPathPrefix): it does what InitPath does and opens an agent
+// started to hold (--hold, agent.Options.Hold), which until then answers
+// only GET HealthPath and the paths under InternalPathPrefix and holds
+// every other request — envd's, /files, InitPath itself, the code
+// interpreter, every port forward — until it is opened (503 past a bound).
+// The node opens a held VM's agent once its egress policy is enforced, so
+// no request of the sandbox's runs before its filter is in. It is not
+// InitPath because a client holding the sandbox token reaches InitPath
+// through the e2b gateway; it cannot reach OpenPath. An agent that does
+// not hold answers it as InitPath.
+const OpenPath = InternalPathPrefix + "open"
+
 // InternalPathPrefix starts the agent's paths that are for the node alone
 // (IdentityPath): the e2b gateway answers 404 for them, so no client
 // reaches them through its data plane or router, token or not.
