@@ -56,6 +56,9 @@
 // terminal's output) and its own errors — never a process's environment.
 // GET agentapi.LogsPath serves it to the node.
 //
+// GET agentapi.OOMKillsPath serves the node the guest kernel's OOM kill
+// count, from /proc/vmstat (oom.go).
+//
 // Started held (Options.Hold, --hold), the agent answers the node at once
 // — GET /health and the paths under agentapi.InternalPathPrefix — and
 // holds every other request (envd's, /files, /init, the runtime API, the
@@ -174,6 +177,7 @@ func newAgent(o Options) *agent {
 	m.HandleFunc("POST "+agentapi.OpenPath, a.handleOpen)
 	m.HandleFunc("POST "+agentapi.IdentityPath, a.handleIdentity)
 	m.HandleFunc("GET "+agentapi.LogsPath, a.handleLogs)
+	m.HandleFunc("GET "+agentapi.OOMKillsPath, oomKillsHandler(vmstatPath)) // oom.go
 	m.HandleFunc("GET /files", a.handleGetFile)
 	m.HandleFunc("POST /files", a.handlePostFile)
 	m.HandleFunc("POST /process.Process/Start", a.handleStart)
