@@ -16,17 +16,7 @@ const agentLogsTimeout = 5 * time.Second
 // keeps none. A paused sandbox is a 409 (its agent does not run), an agent
 // that does not answer a 502.
 func (n *Node) logs(ctx context.Context, id string, q agentapi.LogsQuery) (agentapi.Logs, error) {
-	var c agentapi.Client
-	err := n.withSandbox(id, func(sb *sandbox) error {
-		n.mu.Lock()
-		h, paused := sb.rec.Handle, sb.rec.Paused
-		n.mu.Unlock()
-		if paused {
-			return errorf(http.StatusConflict, "sandbox %s is paused: its log is kept by its agent, which does not run until it is resumed", id)
-		}
-		c = agentapi.Client{Addr: h.Addr, Token: h.Token}
-		return nil
-	})
+	c, err := n.logAgent(id)
 	if err != nil {
 		return agentapi.Logs{}, err
 	}
@@ -44,11 +34,38 @@ func (n *Node) logs(ctx context.Context, id string, q agentapi.LogsQuery) (agent
 	return l, nil
 }
 
-// handleLogs serves GET /v1/sandboxes/{id}/logs (nodeapi.Client.Logs).
+// logAgent is the client of sandbox id's agent, for its log: a paused
+// sandbox is a 409 (its agent does not run).
+func (n *Node) logAgent(id string) (agentapi.Client, error) {
+	var c agentapi.Client
+	err := n.withSandbox(id, func(sb *sandbox) error {
+		n.mu.Lock()
+		h, paused := sb.rec.Handle, sb.rec.Paused
+		n.mu.Unlock()
+		if paused {
+			return errorf(http.StatusConflict, "sandbox %s is paused: its log is kept by its agent, which does not run until it is resumed", id)
+		}
+		c = agentapi.Client{Addr: h.Addr, Token: h.Token}
+		return nil
+	})
+	return c, err
+}
+
+// handleLogs serves GET /v1/sandboxes/{id}/logs (nodeapi.Client.Logs);
+// follow=true streams it (logfollow.go, nodeapi.Client.FollowLogs).
 func (n *Node) handleLogs(w http.ResponseWriter, r *http.Request, _ principal, id string) {
 	q, err := agentapi.ParseLogsQuery(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	follow, err := agentapi.ParseFollow(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if follow {
+		n.followLogs(w, r, id, q)
 		return
 	}
 	l, err := n.logs(r.Context(), id, q)

@@ -121,6 +121,8 @@ type Node struct {
 	bg     sync.WaitGroup // boots, warm destroys, loops
 	loops  sync.WaitGroup // Run's loops
 
+	follows logFollows // the sandbox logs followed now (logfollow.go)
+
 	refillCh chan struct{}
 	hub      *hub // the change stream (watch.go), fed by tab
 	closeOne sync.Once
