@@ -22,8 +22,10 @@ import (
 // 0 (its VM's counter started with it). A count that went down (a
 // Restore restarted the VM's processes) becomes the new baseline. A
 // sandbox whose lifecycle lock is held (a snapshot, a pause...) keeps its
-// old count, so the next sweep reports the kills. Drivers without the
-// counter (qemu, firecracker) record no such event.
+// old count, so the next sweep reports the kills. sim counts from its
+// VM's memory cgroup, qemu from the guest kernel's counter (through the
+// guest's agent); drivers without the counter (firecracker,
+// cloud-hypervisor) record no such event.
 
 // oomReading is one sweep's OOM kill count of a sandbox.
 type oomReading struct {

@@ -38,12 +38,12 @@ func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Hand
 		return vmm.Handle{}, err
 	}
 	full := man.Spec
-	full.ID, full.Token, full.Egress = spec.ID, spec.Token, spec.Egress
+	full.ID, full.Token, full.Egress, full.Hold = spec.ID, spec.Token, spec.Egress, spec.Hold
 	if spec.Net != "" {
 		full.Net = spec.Net
 	}
 	rec := record{Spec: full, Machine: man.Machine, Restrict: full.Net != "egress"}
-	rec.Handle = vmm.Handle{ID: spec.ID, Backend: Backend, Dir: vdir, Token: man.Token}
+	rec.Handle = vmm.Handle{ID: spec.ID, Backend: Backend, Dir: vdir, Token: man.Token, Hold: spec.Hold}
 	if man.Memory == "file" {
 		rec.MemPath = filepath.Join(dir, "mem")
 	}
@@ -63,9 +63,13 @@ func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Hand
 		err = d.setIdentity(ctx, h.Addr, man.Token, spec.Token)
 		if err == nil {
 			rec.Handle.Token = spec.Token
-			h = rec.Handle
-			err = uds.WriteJSON(filepath.Join(vdir, "vm.json"), rec)
 		}
+	}
+	if err == nil {
+		// The guest kernel counted the checkpoint's OOM kills: not the clone's.
+		rec.OOMBase = d.cloneOOMBase(ctx, man, rec.Handle.Addr, rec.Handle.Token)
+		h = rec.Handle
+		err = uds.WriteJSON(filepath.Join(vdir, "vm.json"), rec)
 	}
 	if err != nil {
 		d.discard(spec.ID, rec.Handle.PID, vdir)

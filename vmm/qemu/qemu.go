@@ -79,6 +79,13 @@
 //     token), which the agent also writes to its token file: the
 //     checkpoint's token never works on a clone, and an agent restarted in
 //     the guest keeps the clone's token.
+//   - OOM kills (vmm.OOMCounter; oom.go): the guest kernel's oom_kill
+//     counter (/proc/vmstat), asked of the guest's agent
+//     (agentapi.OOMKillsPath, bounded by 2 s). Snapshot of a running VM
+//     records it in the checkpoint, and a clone subtracts that count (or,
+//     from a paused VM's checkpoint, the one it reads as it starts), so a
+//     clone counts from 0, as does a VM that Restore boots again after
+//     Shutdown; Stop and a Restore of its memory keep the count.
 //
 // The driver owns only processes and files under Root, the checkpoint
 // directories callers name, the nftables table inet hearth_qemu and the
@@ -298,6 +305,9 @@ type record struct {
 	// Egress is the claim's egress policy (SetEgress), installed again
 	// with the pool's (Spec.Egress) before a restored guest runs.
 	Egress *egress.Policy `json:"egress,omitempty"`
+	// OOMBase is the guest kernel's OOM kill count a clone started with
+	// (its checkpoint's), which OOMKills subtracts; 0 after a new boot.
+	OOMBase uint64 `json:"oom_base,omitempty"`
 }
 
 func writeRecord(rec record) error {
@@ -319,6 +329,11 @@ type manifest struct {
 	Paused   bool      `json:"paused,omitempty"`
 	Created  time.Time `json:"created"`
 	MemBytes int64     `json:"mem_bytes,omitempty"`
+	// OOMKills is the guest kernel's OOM kill count just before the
+	// capture, its clones' baseline (record.OOMBase); nil when not read
+	// (a paused VM's guest cannot answer: a clone reads its own as it
+	// starts).
+	OOMKills *uint64 `json:"oom_kills,omitempty"`
 }
 
 func (d *Driver) vmDir(id string) string { return filepath.Join(d.o.Root, id) }

@@ -76,7 +76,7 @@ func (d *Driver) Shutdown(ctx context.Context, h vmm.Handle) (vmm.Handle, error)
 // RAM (a shared file mapping, as Boot's).
 func (d *Driver) bootAgain(ctx context.Context, rec record) (vmm.Handle, error) {
 	dir := rec.Handle.Dir
-	rec.Shutdown = false
+	rec.Shutdown, rec.OOMBase = false, 0 // a new boot: its kernel counts OOM kills from 0
 	rec.MemPath, rec.MemShared = filepath.Join(dir, "mem"), true
 	_ = os.Remove(rec.MemPath)
 	rec.Handle.Paused = false

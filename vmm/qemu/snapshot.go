@@ -36,6 +36,10 @@ func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, dir string) error {
 	if err != nil {
 		return err
 	}
+	var kills *uint64
+	if st.Running {
+		kills = d.snapshotOOMKills(ctx, rec)
+	}
 	man, err := d.capture(ctx, q, rec, tmp, true)
 	if st.Running {
 		if cerr := q.Execute(ctx, "cont", nil, nil); cerr != nil && err == nil {
@@ -46,7 +50,7 @@ func (d *Driver) Snapshot(ctx context.Context, h vmm.Handle, dir string) error {
 		_ = os.RemoveAll(tmp)
 		return err
 	}
-	man.Paused = !st.Running
+	man.Paused, man.OOMKills = !st.Running, kills
 	if err := uds.WriteJSON(filepath.Join(tmp, "snapshot.json"), man); err != nil {
 		_ = os.RemoveAll(tmp)
 		return err
