@@ -42,6 +42,14 @@ type Spec struct {
 	// an EgressEnforcer installs as the VM boots; a claim's own policy
 	// (SetEgress) holds in addition to it.
 	Egress *egress.Policy
+	// Hold boots the agent holding every request but the node's until
+	// the node opens it (agentapi.OpenPath, agent.Options.Hold): the node
+	// asks it of the VMs of a lane where a claim's egress policy is
+	// enforced after the claim is answered. A clone's agent is in the
+	// state its checkpoint holds (memory) or, where a clone boots (sim), holds
+	// as Hold says; either way the handle records Hold, and the agent of
+	// a VM started again from its disk holds again.
+	Hold bool
 }
 
 // Handle identifies a running (or stopped) VM. It is persisted by the node.
@@ -58,6 +66,9 @@ type Handle struct {
 	Token string `json:"token"`
 	// Paused is true while the VM is paused.
 	Paused bool `json:"paused,omitempty"`
+	// Hold is Spec.Hold: the VM's agent holds requests until the node
+	// opens it, at each boot (a Restore that starts it again included).
+	Hold bool `json:"hold,omitempty"`
 	// Meta carries backend-specific identity (sockets, CIDs, MACs).
 	Meta map[string]string `json:"meta,omitempty"`
 }
@@ -158,6 +169,16 @@ type PortDialer interface {
 // network: SetEgress accepts any policy for it and has nothing to do.
 type EgressEnforcer interface {
 	SetEgress(ctx context.Context, h Handle, p *egress.Policy) error
+}
+
+// EgressChecker is an EgressEnforcer that can tell, without changing
+// anything, whether SetEgress would refuse p on a VM of the egress lane:
+// CheckEgress returns SetEgress's error for a policy it cannot enforce
+// (vmm.ErrUnsupported for a rule of it, an invalid policy) and nil for
+// one it would install. A node answers a claim on a held VM (Spec.Hold)
+// once the policy passes this check and enforces it after.
+type EgressChecker interface {
+	CheckEgress(p *egress.Policy) error
 }
 
 // OOMCounter is a Driver that counts the processes the kernel's OOM

@@ -161,10 +161,14 @@ type Identity struct {
 	Token    string
 	Hostname string
 	Env      map[string]string
+	// Hold starts the agent holding requests until the node opens it
+	// (vmm.Spec.Hold).
+	Hold bool
 }
 
 // Encode renders id as the KEY=VALUE lines hack/guest/stage2 reads: token=,
-// hostname= and env= (base64 of comma-separated K=V pairs, sorted).
+// hostname=, env= (base64 of comma-separated K=V pairs, sorted) and
+// hold=1.
 func (id Identity) Encode() []byte {
 	var b strings.Builder
 	b.WriteString("token=" + id.Token + "\n")
@@ -182,6 +186,9 @@ func (id Identity) Encode() []byte {
 			kv = append(kv, k+"="+id.Env[k])
 		}
 		b.WriteString("env=" + base64.StdEncoding.EncodeToString([]byte(strings.Join(kv, ","))) + "\n")
+	}
+	if id.Hold {
+		b.WriteString("hold=1\n")
 	}
 	return []byte(b.String())
 }

@@ -122,6 +122,7 @@ func TestIdentityEncode(t *testing.T) {
 		{"all", Identity{Token: "tok", Hostname: "h", Env: map[string]string{"B": "x y", "A": "1"}},
 			"token=tok\nhostname=h\nenv=" + env + "\n"},
 		{"token only", Identity{Token: "t"}, "token=t\n"},
+		{"held", Identity{Token: "t", Hold: true}, "token=t\nhold=1\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

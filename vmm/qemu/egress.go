@@ -151,6 +151,14 @@ func (e *egressVM) close() {
 	_ = e.filter.Close()
 }
 
+// CheckEgress implements vmm.EgressChecker: checkPolicy's answer.
+func (d *Driver) CheckEgress(p *egress.Policy) error {
+	if err := d.checkPolicy(p); err != nil {
+		return fmt.Errorf("qemu: %w", err)
+	}
+	return nil
+}
+
 // dnsRedirected reports whether the guests' DNS reaches their resolvers
 // (firewallRules' DNAT): a host nameserver and the firewall on.
 func (d *Driver) dnsRedirected() bool {
@@ -270,7 +278,10 @@ func (d *Driver) dropEgress(id, dir string) error {
 	return nil
 }
 
-var _ vmm.EgressEnforcer = (*Driver)(nil)
+var (
+	_ vmm.EgressEnforcer = (*Driver)(nil)
+	_ vmm.EgressChecker  = (*Driver)(nil)
+)
 
 // SetEgress implements vmm.EgressEnforcer: h's filter holds p in addition
 // to its pool's policy (Apply on the table its boot prepared: additions

@@ -29,7 +29,7 @@ func (d *Driver) boot(ctx context.Context, spec vmm.Spec, m Machine, timeout tim
 		return vmm.Handle{}, err
 	}
 	rec := record{Spec: spec, MemPath: filepath.Join(dir, "mem"), MemShared: true, Restrict: spec.Net != "egress"}
-	rec.Handle = vmm.Handle{ID: spec.ID, Backend: Backend, Dir: dir, Token: spec.Token}
+	rec.Handle = vmm.Handle{ID: spec.ID, Backend: Backend, Dir: dir, Token: spec.Token, Hold: spec.Hold}
 	rec.Machine = m
 	if m.Disk != "" {
 		rec.DiskBase = m.Disk
@@ -88,7 +88,7 @@ func (d *Driver) launch(ctx context.Context, rec *record, incoming string, timeo
 	// The identity travels as a fw_cfg file, 0600, removed as soon as QEMU
 	// has read it (it has once QMP answers: QMP runs after machine init).
 	m.Identity = filepath.Join(dir, "identity")
-	id := Identity{Token: rec.Spec.Token, Hostname: "hearth-guest", Env: rec.Spec.Env}
+	id := Identity{Token: rec.Spec.Token, Hostname: "hearth-guest", Env: rec.Spec.Env, Hold: rec.Spec.Hold}
 	if err := writeFile0600(m.Identity, id.Encode()); err != nil {
 		return vmm.Handle{}, err
 	}

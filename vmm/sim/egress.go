@@ -25,7 +25,10 @@ import (
 // namespace its user namespace does not own).
 const guestAddr = "10.0.2.100"
 
-var _ vmm.EgressEnforcer = (*Driver)(nil)
+var (
+	_ vmm.EgressEnforcer = (*Driver)(nil)
+	_ vmm.EgressChecker  = (*Driver)(nil)
+)
 
 // egressVM is what the driver holds for one VM of the egress lane: its
 // network namespace, the node's resolver serving it, and whether the
@@ -113,6 +116,15 @@ func (d *Driver) dropEgress(id string) {
 	if e != nil {
 		e.close()
 	}
+}
+
+// CheckEgress implements vmm.EgressChecker: the driver enforces every
+// valid policy.
+func (d *Driver) CheckEgress(p *egress.Policy) error {
+	if errs := p.Validate(nil); len(errs) > 0 {
+		return fmt.Errorf("sim: invalid egress policy: %v", errs.ToAggregate())
+	}
+	return nil
 }
 
 // SetEgress makes h enforce p: its filter (nft.Apply on the skeleton its

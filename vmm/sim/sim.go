@@ -279,6 +279,8 @@ type record struct {
 	// Egress is the pool's egress policy (vmm.Spec.Egress), installed at
 	// each start of the VM.
 	Egress *egress.Policy `json:"egress,omitempty"`
+	// Hold is vmm.Spec.Hold: the agent starts with --hold at each start.
+	Hold bool `json:"hold,omitempty"`
 }
 
 // manifest is a checkpoint's manifest.json.
@@ -348,6 +350,7 @@ func (d *Driver) handle(dir string, r record) vmm.Handle {
 		Addr:    r.Addr,
 		Token:   strings.TrimSpace(string(tok)),
 		Paused:  r.Paused,
+		Hold:    r.Hold,
 		Meta:    map[string]string{"cgroup": r.Cgroup},
 	}
 }

@@ -44,6 +44,7 @@ func (d *Driver) create(ctx context.Context, spec vmm.Spec, r record, populate f
 	}
 	r.Cgroup = d.cgroupOf(record{ID: spec.ID}).rel
 	r.UIDBase = d.uidBase
+	r.Hold = spec.Hold
 	defer func() {
 		if err != nil {
 			_ = d.teardown(dir, r)
@@ -235,6 +236,10 @@ func (d *Driver) initConfig(dir string, r record, agentPath, token string) initC
 	)
 	if u := defaultUser(r.Lower); u != "" {
 		args = append(args, "--user", u)
+	}
+	if r.Hold {
+		// Until the node opens it (vmm.Spec.Hold), at every start.
+		args = append(args, "--hold")
 	}
 	if len(r.Env) > 0 {
 		// The environment travels, like the token, in the config the

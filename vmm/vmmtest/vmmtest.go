@@ -109,7 +109,7 @@ func (d *Driver) Len() int {
 func (d *Driver) Name() string { return d.name }
 
 func (d *Driver) add(spec vmm.Spec) vmm.Handle {
-	h := vmm.Handle{ID: spec.ID, Backend: d.name, PID: 1, Addr: d.addr, Token: spec.Token}
+	h := vmm.Handle{ID: spec.ID, Backend: d.name, PID: 1, Addr: d.addr, Token: spec.Token, Hold: spec.Hold}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.vms[spec.ID] = h
