@@ -115,6 +115,21 @@
 // not replayed after a crash (a release then keeps the sandbox: 500, retry
 // it). Config.StoreNoSync turns the fsync off (development only).
 //
+// Egress: a claim's egress policy (nodeapi.ClaimRequest.Egress) is
+// enforced by the driver (vmm.EgressEnforcer) before the sandbox serves
+// its first request, but not before the claim is answered: the VMs of a
+// lane where the driver enforces and checks policies (the egress lane of
+// a vmm.EgressChecker: sim, qemu) boot held (vmm.Spec.Hold; the agent's
+// --hold), a claim checks its policy (409 for what the driver cannot
+// enforce), records the claim and answers, then enforces the policy and
+// opens the agent (agentapi.OpenPath) holding the sandbox's lock, so its
+// other operations wait; a failure then removes the sandbox as a failed
+// claim would (hearth_node_claim_opens_total{result="failed"}). Every new
+// start of a held VM — a clone, a resume without memory, a restore, a
+// node restart that found a claim not yet opened — enforces and opens
+// again before anything else, or (at a restart) removes the sandbox. See
+// open.go. Other lanes and drivers enforce before the answer.
+//
 // Restart: New re-adopts every recorded sandbox through Driver.Restore,
 // then destroys every VM under the driver's root that the table does not
 // own (warm VMs of the previous run, half-booted leftovers). Warm VMs are

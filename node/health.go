@@ -547,13 +547,10 @@ func (n *Node) restoreClaimed(ctx context.Context, p claimProbe) bool {
 		n.log.Error(err, "Cannot persist a restored sandbox", "id", p.ID)
 	}
 	n.kubeEvent(&rec, ev)
-	if err := n.enforceEgress(ctx, rec); err != nil {
-		n.log.Error(err, "Cannot enforce a restored sandbox's egress policy", "id", p.ID)
-	}
-	if len(rec.Env) > 0 {
-		if err := n.initAgent(ctx, h, rec.Env); err != nil {
-			n.log.Error(err, "Cannot apply env to a restored sandbox's agent", "id", p.ID)
-		}
+	// A held agent (vmm.Handle.Hold) is opened only once the policy is
+	// in: if either fails it stays closed to the sandbox's requests.
+	if err := n.enforceAndOpen(ctx, rec); err != nil {
+		n.log.Error(err, "Cannot enforce a restored sandbox's egress policy or apply its env", "id", p.ID)
 	}
 	n.metrics.restores.WithLabelValues("ok").Inc()
 	n.log.Info("Restored a claimed sandbox whose agent died", "id", p.ID, "vm", h.ID, "reason", why,

@@ -115,7 +115,7 @@ func (n *Node) bootOne(ctx context.Context, k pool.Key) {
 			return
 		}
 	}
-	h, err := n.driver.Clone(ctx, golden, vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken(), Egress: pol})
+	h, err := n.driver.Clone(ctx, golden, vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken(), Egress: pol, Hold: n.holds(k.Net)})
 	if err == nil {
 		n.metrics.bootSeconds.Observe(time.Since(start).Seconds())
 		n.mu.Lock()
@@ -143,7 +143,9 @@ func (n *Node) bootOne(ctx context.Context, k pool.Key) {
 func (n *Node) buildGolden(ctx context.Context, k pool.Key) (string, error) {
 	dir := filepath.Join(n.dirs.golden, keyHash(k))
 	_ = os.RemoveAll(dir)
-	h, err := n.driver.Boot(ctx, vmm.Spec{ID: "golden-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken()})
+	// Held (its clones' agents start from its memory held where the
+	// driver clones memory), never opened.
+	h, err := n.driver.Boot(ctx, vmm.Spec{ID: "golden-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken(), Hold: n.holds(k.Net)})
 	if err != nil {
 		return "", err
 	}

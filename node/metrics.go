@@ -19,6 +19,9 @@ type metrics struct {
 	warmEvictions   prometheus.Counter
 	probeErrors     prometheus.Counter
 	restores        *prometheus.CounterVec
+	// opens counts the held sandboxes opened after their claim was
+	// answered (open.go), by result.
+	opens *prometheus.CounterVec
 	// watchDrift counts the events the change stream's consistency check
 	// appended: changes some mutation failed to publish (zero unless a bug).
 	watchDrift        prometheus.Counter
@@ -74,14 +77,18 @@ func newMetrics(n *Node) *metrics {
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hearth_node_http_requests_total",
 		Help: "Requests the node's API answered, by route pattern and status code."}, []string{"route", "code"})
 	m.quotaRefusals = newQuotaRefusals()
+	m.opens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hearth_node_claim_opens_total",
+		Help: "Claimed sandboxes of a held lane whose egress policy the node enforced and whose agent it opened after answering the claim, by result (ok; failed: the sandbox was removed)."},
+		[]string{"result"})
 	for _, l := range []string{"ok", "failed"} {
 		m.restores.WithLabelValues(l)
+		m.opens.WithLabelValues(l)
 	}
 	for _, l := range []string{"delivered", "no_capacity", "invalid", "error"} {
 		m.claims.WithLabelValues(l)
 	}
 	m.reg.MustRegister(m.claims, m.claimSeconds, m.boots, m.bootFailures, m.bootSeconds, m.reaped, m.publishFailures, m.warmEvictions, m.probeErrors, m.restores, m.requests,
-		m.watchDrift, m.watchCheckSeconds, m.quotaRefusals,
+		m.opens, m.watchDrift, m.watchCheckSeconds, m.quotaRefusals,
 		tableCollector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

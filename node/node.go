@@ -329,17 +329,21 @@ func (n *Node) recover(ctx context.Context) error {
 				n.kubeEvent(&r, ev)
 				// A re-adopted VM's filter is kept but its resolver is
 				// new; a restarted one is a new boot: either way the
-				// driver is told the policy again.
-				if err := n.enforceEgress(ctx, r); err != nil {
-					n.log.Error(err, "Cannot enforce a restored sandbox's egress policy", "id", r.ID)
-				}
-				// A VM restarted from its files has a new agent (a
-				// re-adopted one keeps its env; applying it again is
-				// harmless).
-				if len(r.Env) > 0 {
-					if err := n.initAgent(ctx, h, r.Env); err != nil {
-						n.log.Error(err, "Cannot apply env to a restored sandbox's agent", "id", r.ID)
+				// driver is told the policy again. Then its agent gets
+				// its env (a restarted one has none; a re-adopted one
+				// keeps it, again is harmless) and a held one is opened:
+				// restarted, or claimed just before the node died.
+				if err := n.enforceAndOpen(ctx, r); err != nil {
+					if r.Handle.Hold {
+						// Never a sandbox that serves without its policy:
+						// removed as a claim whose opening failed is.
+						n.log.Error(err, "Cannot enforce a restored sandbox's egress policy or open its agent; removing it", "id", r.ID, "claimRef", r.ClaimRef)
+						n.metrics.opens.WithLabelValues("failed").Inc()
+						_ = n.driver.Destroy(ctx, r.Handle)
+						_ = n.store.deleteSandbox(r.ID)
+						return nil
 					}
+					n.log.Error(err, "Cannot enforce a restored sandbox's egress policy or apply its env", "id", r.ID)
 				}
 			}
 			n.mu.Lock()

@@ -93,7 +93,12 @@ func (n *Node) claimWarm(ctx context.Context, in claimInput) (nodeapi.Sandbox, e
 	now := n.now().UTC()
 	sb := &sandbox{}
 	sb.mu.Lock()
-	defer sb.mu.Unlock()
+	handed := false // sb.mu went to openClaimed
+	defer func() {
+		if !handed {
+			sb.mu.Unlock()
+		}
+	}()
 	n.mu.Lock()
 	// The name check and the claim are one step under the table's lock: of
 	// two claims of one ref, exactly one is delivered.
@@ -123,16 +128,23 @@ func (n *Node) claimWarm(ctx context.Context, in claimInput) (nodeapi.Sandbox, e
 		n.destroyAsync(h, "claim failed")
 		return nodeapi.Sandbox{}, cause
 	}
+	if h.Hold {
+		// A held VM serves no request of the sandbox before the node
+		// opens it: answer once the policy is known enforceable, then
+		// enforce it and open the agent holding sb.mu (open.go).
+		if err := n.checkEgress(rec); err != nil {
+			return undo(err)
+		}
+	}
 	if err := n.store.putSandboxes(rec); err != nil {
 		return undo(fmt.Errorf("recording the claim: %w", err))
 	}
-	if err := n.enforceEgress(ctx, rec); err != nil {
-		return undo(err)
+	if h.Hold && n.goBG(func() { n.openClaimed(sb, rec) }) {
+		handed = true
+		return n.wire(rec, true), nil
 	}
-	if len(in.env) > 0 {
-		if err := n.initAgent(ctx, h, in.env); err != nil {
-			return undo(fmt.Errorf("applying env to the sandbox agent: %w", err))
-		}
+	if err := n.enforceAndOpen(ctx, rec); err != nil {
+		return undo(err)
 	}
 	return n.wire(rec, true), nil
 }
@@ -264,16 +276,10 @@ func (n *Node) pause(ctx context.Context, id string, pause, keepMemory bool) err
 		n.kubeEvent(&rec, ev)
 		if stopped && !pause {
 			// A VM restored from its files is a new boot: its filter and
-			// resolver are new, and its agent has no env yet.
-			if err := n.enforceEgress(ctx, rec); err != nil {
+			// resolver are new, and its agent has no env yet (held, it
+			// serves the sandbox only once opened after the policy).
+			if err := n.enforceAndOpen(ctx, rec); err != nil {
 				return fmt.Errorf("resumed, but %w", err)
-			}
-		}
-		if stopped && !pause && len(rec.Env) > 0 {
-			// A VM restored from its files has a new agent: give it the
-			// claim's env again.
-			if err := n.initAgent(ctx, h, rec.Env); err != nil {
-				return fmt.Errorf("resumed, but applying env to the sandbox agent: %w", err)
 			}
 		}
 		return nil
@@ -456,7 +462,7 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	g.SetLimit(4)
 	for i := range count {
 		g.Go(func() error {
-			spec := vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken(), Egress: poolPol}
+			spec := vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken(), Egress: poolPol, Hold: n.holds(k.Net)}
 			errs[i] = n.driverCall(ctx, "Clone", vmm.Handle{ID: spec.ID}, func(ctx context.Context) (err error) { handles[i], err = n.driver.Clone(ctx, dir, spec); return err })
 			return nil
 		})
@@ -519,11 +525,12 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 		undo(false, "recording clones failed")
 		return nil, fmt.Errorf("recording clones: %w", err)
 	}
-	// Each clone is a new VM: its filter holds nothing of the policy yet.
+	// Each clone is a new VM: its filter holds nothing of the policy yet;
+	// a held one's agent (a clone that boots: sim) is opened after it.
 	var eg errgroup.Group
 	eg.SetLimit(4)
 	for _, r := range recs {
-		eg.Go(func() error { return n.enforceEgress(ctx, r) })
+		eg.Go(func() error { return n.enforceAndOpen(ctx, r) })
 	}
 	if err := eg.Wait(); err != nil {
 		undo(true, "egress policy not enforced")
