@@ -93,7 +93,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	})
 	out[name(&sandbox.SandboxStats{})] = object(map[string]spec.Schema{
 		"timestamp": {SchemaProps: spec.SchemaProps{Type: []string{"string"}, Format: "date-time"}},
-		"paused":    boolean, "cpuCount": i32, "cpuUsageCoreNanoSeconds": i64,
+		"paused":    boolean, "cpuCount": i32, "cpuUsageCoreNanoSeconds": i64, "cpuUsageNanoCores": i64,
+		"window":           {SchemaProps: spec.SchemaProps{Type: []string{"string"}}},
 		"memoryLimitBytes": i64, "memoryUsedBytes": i64, "diskLimitBytes": i64, "diskUsedBytes": i64,
 	})
 	out[name(&sandbox.SandboxSnapshotOptions{})] = object(map[string]spec.Schema{"name": str})

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -307,6 +308,16 @@ func TestPlugin_AgainstSandboxDev(t *testing.T) {
 		if d, ok := byName["demo"]; !ok || d.Paused || d.CPUCount < 1 || d.MemoryLimitBytes <= 0 || d.Namespace != "default" {
 			t.Errorf("top: demo %+v", d)
 		}
+		// A running sandbox's CPU is a rate over a window of at least a
+		// second (top asked again when its node had no earlier
+		// measurement), beside the CPU time.
+		if d := byName["demo"]; d.CPUUsageCoreNanoSeconds == nil || d.CPUUsageNanoCores == nil || *d.CPUUsageNanoCores < 0 ||
+			d.Window == nil || d.Window.Duration < time.Second || d.Window.Duration > time.Minute {
+			t.Errorf("top: demo's CPU: time %v, rate %v over %v; want both, over 1 s to 1 min", d.CPUUsageCoreNanoSeconds, d.CPUUsageNanoCores, d.Window)
+		}
+		if f := byName["demo-fork-1"]; f.CPUUsageNanoCores != nil {
+			t.Errorf("top: paused demo-fork-1 has a CPU rate %v", *f.CPUUsageNanoCores)
+		}
 		if f, ok := byName["demo-fork-1"]; !ok || !f.Paused {
 			t.Errorf("top: paused demo-fork-1 %+v", f)
 		}
@@ -359,11 +370,12 @@ func TestPlugin_AgainstSandboxDev(t *testing.T) {
 		if o, e, code := run("sandbox", "logs", "demo", "--tail", "3", "--since", "1h"); code != 0 {
 			t.Errorf("kubectl sandbox logs: %q %q exit %d", o, e, code)
 		}
-		if o, e, code := run("sandbox", "top"); code != 0 || !strings.HasPrefix(o, "NAME ") || !strings.Contains(o, "\ndemo ") || !strings.Contains(o, "Paused") {
-			t.Errorf("kubectl sandbox top: %q %q exit %d", o, e, code)
+		if o, e, code := run("sandbox", "top"); code != 0 || !strings.HasPrefix(o, "NAME ") || !regexp.MustCompile(`\ndemo +Running +\d+ +\d+m `).MatchString(o) || !strings.Contains(o, "Paused") {
+			t.Errorf("kubectl sandbox top: %q %q exit %d; want demo's CPU in millicores", o, e, code)
 		}
-		if o, e, code := run("sandbox", "--kubeconfig", ready.ReadOnlyKubeconfig, "top", "demo", "-o", "json"); code != 0 || !strings.Contains(o, `"kind": "SandboxStats"`) {
-			t.Errorf("read-only kubectl sandbox top demo -o json: %q %q exit %d", o, e, code)
+		if o, e, code := run("sandbox", "--kubeconfig", ready.ReadOnlyKubeconfig, "top", "demo", "-o", "json"); code != 0 || !strings.Contains(o, `"kind": "SandboxStats"`) ||
+			!strings.Contains(o, `"cpuUsageCoreNanoSeconds"`) || !strings.Contains(o, `"cpuUsageNanoCores"`) || !strings.Contains(o, `"window"`) {
+			t.Errorf("read-only kubectl sandbox top demo -o json: %q %q exit %d; want the raw figures", o, e, code)
 		}
 		if _, e, code := run("sandbox", "-n", "nowhere", "resume", "demo"); code != 1 || !strings.Contains(e, "not found") {
 			t.Errorf("resume in another namespace: %q exit %d, want not found", e, code)

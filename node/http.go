@@ -304,7 +304,7 @@ func (n *Node) mux() http.Handler {
 	}))
 	route("GET /v1/sandboxes/{id}/logs", n.sandboxRoute(n.handleLogs))
 	route("GET /v1/sandboxes/{id}/stats", n.sandboxRoute(func(w http.ResponseWriter, r *http.Request, _ principal, id string) {
-		s, err := n.stats(r.Context(), id)
+		s, err := n.statsWithRate(r.Context(), id)
 		if err != nil {
 			writeErr(w, err)
 			return

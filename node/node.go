@@ -121,6 +121,8 @@ type Node struct {
 	bg     sync.WaitGroup // boots, warm destroys, loops
 	loops  sync.WaitGroup // Run's loops
 
+	cpuRates cpuRates // the stats' CPU rate samples (cpurate.go)
+
 	follows logFollows // the sandbox logs followed now (logfollow.go)
 
 	refillCh chan struct{}

@@ -71,7 +71,9 @@
 //	RenewRequest         {ttl_seconds}
 //	RenewResult          {deadline}
 //	Stats                {id, cpu_count, mem_total_bytes, mem_used_bytes, mem_used_measured,
-//	                      rss_bytes?, private_bytes?, shared_bytes?, cpu_seconds?, measured_at, paused}
+//	                      rss_bytes?, private_bytes?, shared_bytes?, cpu_seconds?,
+//	                      cpu_rate_cores?, cpu_rate_window_seconds?, disk_total_bytes?, disk_used_bytes?,
+//	                      measured_at, paused}
 //	PoolsRequest         {pools: [{template, net?, size?, warm}]}
 //	Info                 {node, node_addr, vmm, accel?, pools: [{template, net, size, warm, target, refilling}],
 //	                      claimed, paused, lease_default_seconds?, lease_max_seconds?}

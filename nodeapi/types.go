@@ -448,6 +448,14 @@ type Stats struct {
 	PrivateBytes int64   `json:"private_bytes,omitempty"`
 	SharedBytes  int64   `json:"shared_bytes,omitempty"`
 	CPUSeconds   float64 `json:"cpu_seconds,omitempty"`
+	// CPURateCores is the CPU the VM used per second of the
+	// CPURateWindowSeconds before MeasuredAt, in cores: the CPUSeconds
+	// between the node's previous measurement of the sandbox (for any
+	// caller) at least 1 s and at most 60 s earlier and this one. Absent
+	// without such a measurement (ask again a second later), for a paused
+	// sandbox and when CPUSeconds is not measured.
+	CPURateCores         *float64 `json:"cpu_rate_cores,omitempty"`
+	CPURateWindowSeconds float64  `json:"cpu_rate_window_seconds,omitempty"`
 	// DiskTotalBytes and DiskUsedBytes are the sandbox's disk (its
 	// writable root file system: the node's --disk-size) and the bytes in
 	// use on it, from its file system; 0 when the backend cannot tell.

@@ -22,6 +22,18 @@ type SandboxStats struct {
 	// CPUUsageCoreNanoSeconds is the CPU time its VM used since it started,
 	// summed over cores; absent when not measurable.
 	CPUUsageCoreNanoSeconds *int64 `json:"cpuUsageCoreNanoSeconds,omitempty"`
+	// CPUUsageNanoCores is the CPU its VM used per second, in billionths
+	// of a core (kubelet's usageNanoCores; 250000000 is kubectl's 250m),
+	// averaged over Window, which ends at Timestamp and starts at the
+	// node's earlier measurement of the sandbox (for any caller) — the
+	// newest at least 1 s old, if one is at most 60 s old. Absent without
+	// such a measurement (the same request a second later has one:
+	// kubectl sandbox top asks again), while paused and when CPU time is
+	// not measurable.
+	CPUUsageNanoCores *int64 `json:"cpuUsageNanoCores,omitempty"`
+	// Window is the span CPUUsageNanoCores is averaged over (metrics.k8s.io's
+	// word), 1 s to 60 s; absent with it.
+	Window *metav1.Duration `json:"window,omitempty"`
 	// MemoryLimitBytes is the guest's memory; MemoryUsedBytes what the
 	// guest uses of it (absent when not measured: paused, or a backend
 	// that cannot tell).
@@ -39,11 +51,15 @@ func (in *SandboxStats) DeepCopyInto(out *SandboxStats) {
 	*out = *in
 	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	in.Timestamp.DeepCopyInto(&out.Timestamp)
-	for _, p := range []**int64{&out.CPUUsageCoreNanoSeconds, &out.MemoryUsedBytes, &out.DiskLimitBytes, &out.DiskUsedBytes} {
+	for _, p := range []**int64{&out.CPUUsageCoreNanoSeconds, &out.CPUUsageNanoCores, &out.MemoryUsedBytes, &out.DiskLimitBytes, &out.DiskUsedBytes} {
 		if *p != nil {
 			v := **p
 			*p = &v
 		}
+	}
+	if in.Window != nil {
+		w := *in.Window
+		out.Window = &w
 	}
 }
 

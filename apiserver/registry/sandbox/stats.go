@@ -40,7 +40,8 @@ func (st *statsStorage) Get(ctx context.Context, name string, _ *metav1.GetOptio
 }
 
 // statsOf is the node's measurement m as the API's SandboxStats: what the
-// node could not measure (0, or mem_used_measured false) is absent.
+// node could not measure (0, or mem_used_measured false; a CPU rate it did
+// not answer or that is out of range) is absent.
 func statsOf(name, ns string, m nodeapi.Stats, now time.Time) *sandbox.SandboxStats {
 	at := m.MeasuredAt
 	if at.IsZero() {
@@ -62,6 +63,11 @@ func statsOf(name, ns string, m nodeapi.Stats, now time.Time) *sandbox.SandboxSt
 	}
 	if m.CPUSeconds > 0 && m.CPUSeconds < 1<<33 { // < ~270 years: fits int64 ns
 		out.CPUUsageCoreNanoSeconds = positive(int64(m.CPUSeconds * 1e9))
+	}
+	if r := m.CPURateCores; r != nil && *r >= 0 && *r < 1<<20 && m.CPURateWindowSeconds > 0 && m.CPURateWindowSeconds < 1<<20 {
+		v := int64(*r * 1e9)
+		out.CPUUsageNanoCores = &v
+		out.Window = &metav1.Duration{Duration: time.Duration(m.CPURateWindowSeconds * float64(time.Second)).Round(time.Millisecond)}
 	}
 	if m.MemUsedMeasured {
 		v := max(m.MemUsedBytes, 0)

@@ -47,3 +47,33 @@ func TestStatsOf_UnmeasuredIsAbsentNeverZero(t *testing.T) {
 
 func eqPtr(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 func i64p(v int64) *int64    { return &v }
+
+// TestStatsOf_CPURateIsNanoCoresOverItsWindow: the node's CPU rate is
+// kubelet's usageNanoCores with the window it is averaged over; a rate
+// the node did not answer, or a nonsense one, is absent with its window.
+func TestStatsOf_CPURateIsNanoCoresOverItsWindow(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	for _, tc := range []struct {
+		name   string
+		rate   *float64
+		window float64
+		nano   *int64
+		want   time.Duration
+	}{
+		{"a quarter core over 2.5 s", f(0.25), 2.5, i64p(250_000_000), 2500 * time.Millisecond},
+		{"idle", f(0), 10, i64p(0), 10 * time.Second},
+		{"no rate", nil, 0, nil, 0},
+		{"no window", f(1), 0, nil, 0},
+		{"negative", f(-1), 2, nil, 0},
+		{"nonsense", f(math.NaN()), 2, nil, 0},
+		{"overflowing", f(math.Inf(1)), 2, nil, 0},
+		{"nonsense window", f(1), math.NaN(), nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := statsOf("demo", "default", nodeapi.Stats{CPUSeconds: 3, CPURateCores: tc.rate, CPURateWindowSeconds: tc.window}, time.Now())
+			if !eqPtr(got.CPUUsageNanoCores, tc.nano) || (got.Window == nil) != (tc.nano == nil) || (got.Window != nil && got.Window.Duration != tc.want) {
+				t.Fatalf("rate %v over %v s: nanocores %v, window %v; want %v over %v", tc.rate, tc.window, got.CPUUsageNanoCores, got.Window, tc.nano, tc.want)
+			}
+		})
+	}
+}
