@@ -68,7 +68,13 @@ func (n *Node) openAgent(ctx context.Context, h vmm.Handle, env map[string]strin
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := (&agentapi.Client{Addr: h.Addr, Token: h.Token, HTTP: n.agentHTTP}).Open(ctx, env); err != nil {
+	err := (&agentapi.Client{Addr: h.Addr, Token: h.Token, HTTP: n.agentHTTP}).Open(ctx, env)
+	if agentapi.StatusOf(err) == http.StatusNotFound {
+		// Never served as held when it may not hold: an older agent
+		// would have served the sandbox before its policy was in.
+		return fmt.Errorf("opening the sandbox agent: it has no %s (an agent older than --hold: rebuild the guest image): %w", agentapi.OpenPath, err)
+	}
+	if err != nil {
 		return fmt.Errorf("opening the sandbox agent: %w", err)
 	}
 	return nil
