@@ -135,6 +135,11 @@ type Options struct {
 	// under agentapi.InternalPathPrefix) until the node opens the agent
 	// (POST agentapi.OpenPath), at most 30 s each, then 503 (hold.go).
 	Hold bool
+	// OpenedFile, when set, records the node's opening and the env /init
+	// and the opening gave (JSON, 0600); an agent started again in the
+	// same boot (qemu's stage 2 restarts it) reads it and starts open with
+	// that env, rather than held until an opening that never comes.
+	OpenedFile string
 }
 
 // agent is the handler's state: the /init env vars and the running processes.
@@ -167,6 +172,7 @@ func newAgent(o Options) *agent {
 	}
 	o.Root, _ = filepath.Abs(o.Root)
 	a := &agent{o: o, mux: http.NewServeMux(), initEnv: map[string]string{}, procs: map[int]*process{}, log: newLogRing(agentapi.MaxLogBytes), gate: newGate(o.Hold)}
+	a.restoreOpened()
 	a.interp = newInterpreter(a)
 	a.writeRunFile(".E2B_SANDBOX", "true")
 	m := a.mux
@@ -348,6 +354,7 @@ func Main(args []string) int {
 	fs.StringVar(&o.Python, "python", "python3", "interpreter of the code contexts served on port 49999")
 	fs.BoolVar(&o.NoInterpreter, "no-interpreter", false, "do not serve the code interpreter: port 49999 is the guest's own")
 	fs.BoolVar(&o.Hold, "hold", false, "hold every request but the node's (/health, /hearth/*) until the node opens the agent (POST /hearth/open)")
+	fs.StringVar(&o.OpenedFile, "opened-file", "", "file recording the node's opening and /init's env, read again when the agent restarts in the same boot")
 	fs.StringVar(&o.E2BRunDir, "e2b-run-dir", "/run/e2b", "envd's run directory (.E2B_SANDBOX, .E2B_SANDBOX_ID); empty: none")
 	tokenFile := fs.String("token-file", "", "file holding the access token (default: $HEARTH_AGENT_TOKEN)")
 	if err := fs.Parse(args); err != nil {

@@ -260,5 +260,6 @@ func (a *agent) applyInit(w http.ResponseWriter, r *http.Request) bool {
 		a.initEnv[k] = v
 	}
 	a.mu.Unlock()
+	a.saveOpened()
 	return true
 }

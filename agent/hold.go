@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,4 +91,47 @@ func (a *agent) handleOpen(w http.ResponseWriter, r *http.Request) {
 	}
 	a.gate.open()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// saveOpened writes Options.OpenedFile: the env /init and the opening
+// gave so far. It is written after /init and before the gate opens, so a
+// file that exists means the node has given the agent its env — on a held
+// agent, that it opened it (/init is held until then).
+func (a *agent) saveOpened() {
+	if a.o.OpenedFile == "" {
+		return
+	}
+	a.mu.Lock() // one writer at a time: the file is the env as of the last call
+	b, err := json.Marshal(a.initEnv)
+	if err == nil {
+		tmp := a.o.OpenedFile + ".tmp"
+		if err = os.WriteFile(tmp, b, 0o600); err == nil {
+			err = os.Rename(tmp, a.o.OpenedFile)
+		}
+	}
+	a.mu.Unlock()
+	if err != nil {
+		a.log.add(agentapi.LogError, 0, "recording the opening: "+err.Error(), false)
+	}
+}
+
+// restoreOpened starts an agent open, with the env recorded, when
+// Options.OpenedFile says the node opened an earlier agent of this boot.
+func (a *agent) restoreOpened() {
+	if a.o.OpenedFile == "" {
+		return
+	}
+	b, err := os.ReadFile(a.o.OpenedFile)
+	if err != nil {
+		return
+	}
+	env := map[string]string{}
+	if err := json.Unmarshal(b, &env); err != nil {
+		a.log.add(agentapi.LogError, 0, "reading the recorded opening: "+err.Error(), false)
+		return
+	}
+	for k, v := range env {
+		a.initEnv[k] = v
+	}
+	a.gate.open()
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -151,4 +152,35 @@ func TestHold_AnAgentThatDoesNotHoldServesAtOnce(t *testing.T) {
 	a := ta.send("POST", agentapi.RuntimePrefix+"/execute", `{"command":"printf %s \"$OPENED\""}`, nil)
 	require.Equal(t, http.StatusOK, a.status, a.body)
 	require.Contains(t, a.body, `"stdout":"yes"`)
+}
+
+// TestHold_AnAgentRestartedAfterTheOpeningStartsOpenWithItsEnv: qemu's
+// stage 2 restarts an agent that exited; with Options.OpenedFile the new
+// agent of an opened sandbox serves at once, with the opening's env,
+// instead of holding every request until an opening that never comes. An
+// agent whose node never opened it (no file yet) stays held.
+func TestHold_AnAgentRestartedAfterTheOpeningStartsOpenWithItsEnv(t *testing.T) {
+	opened := t.TempDir() + "/opened"
+	first := startAgent(t, func(o *Options) { o.Hold, o.OpenedFile = true, opened })
+	again := startAgent(t, func(o *Options) { o.Hold, o.OpenedFile = true, opened })
+	again.a.gate.timeout = 50 * time.Millisecond
+	require.Equal(t, http.StatusServiceUnavailable, again.send("POST", "/filesystem.Filesystem/Stat", `{"path":"/"}`, nil).status,
+		"an agent restarted before the node opened the sandbox serves")
+
+	open := first.send("POST", agentapi.OpenPath, `{"envVars":{"OPENED":"yes"}}`, nil)
+	require.Equal(t, http.StatusNoContent, open.status, open.body)
+	fi, err := os.Stat(opened)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+
+	restarted := startAgent(t, func(o *Options) { o.Hold, o.OpenedFile = true, opened })
+	restarted.a.gate.timeout = 50 * time.Millisecond
+	a := restarted.send("POST", agentapi.RuntimePrefix+"/execute", `{"command":"printf %s \"$OPENED\""}`, nil)
+	require.NoError(t, a.err)
+	require.Equal(t, http.StatusOK, a.status, "the restarted agent of an opened sandbox holds: %s", a.body)
+	var out struct {
+		Stdout string `json:"stdout"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(a.body), &out))
+	require.Equal(t, "yes", out.Stdout, "the restarted agent lost the opening's env")
 }
