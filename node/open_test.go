@@ -347,3 +347,42 @@ func TestNode_Sim_HeldClaimsFirstProcessCannotReachADeniedAddress(t *testing.T) 
 		}
 	}
 }
+
+// TestResume_AHeldVMWhosePolicyFailsAfterARestartStaysPausedForARetry: a
+// resume of a pause without memory boots the VM again, held; when its
+// policy then fails, the resume fails and the sandbox is stopped again and
+// paused — not left running held, which a second resume (the record says
+// resumed) would never open — and a retry boots, enforces and opens it.
+func TestResume_AHeldVMWhosePolicyFailsAfterARestartStaysPausedForARetry(t *testing.T) {
+	tn, d, ha := heldNode(t, t.TempDir())
+	sb, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", Net: "egress", Egress: denyAll()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the claim's opening", func() bool { return ha.opens.Load() == 1 })
+	noMemory := false
+	if err := tn.root.PauseWith(bg, sb.ID, nodeapi.PauseRequest{Memory: &noMemory}); err != nil {
+		t.Fatal(err)
+	}
+	d.failing.Store(true)
+	if err := tn.root.Resume(bg, sb.ID); err == nil {
+		t.Fatal("a resume whose policy failed succeeded")
+	}
+	got, err := tn.root.Get(bg, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Paused {
+		t.Fatalf("after a failed resume the sandbox is %+v, want paused for a retry", got)
+	}
+	if ha.opens.Load() != 1 {
+		t.Fatal("the agent was opened although its policy failed")
+	}
+	d.failing.Store(false)
+	if err := tn.root.Resume(bg, sb.ID); err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	if got, _ := tn.root.Get(bg, sb.ID); got.Paused || ha.opens.Load() != 2 {
+		t.Fatalf("after the retry: paused %v, opens %d; want running, opened again", got.Paused, ha.opens.Load())
+	}
+}
