@@ -1,6 +1,7 @@
 package apiserver_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -40,8 +42,8 @@ func runInAgent(t *testing.T, url, script string) {
 
 // TestLog_SubresourceServesTheSandboxLogAsText: GET .../sandboxes/NAME/log
 // is the sandbox's log as text, as pods/log: tailLines, limitBytes and
-// timestamps shape it, follow and bad values are 400s, an unknown name a
-// 404 — and the claim's env is not in it.
+// timestamps shape it, follow streams it, bad values are 400s, an
+// unknown name a 404 — and the claim's env is not in it.
 func TestLog_SubresourceServesTheSandboxLogAsText(t *testing.T) {
 	ag := httptest.NewServer(agent.NewHandler(agent.Options{Root: t.TempDir()}))
 	t.Cleanup(ag.Close)
@@ -91,7 +93,7 @@ func TestLog_SubresourceServesTheSandboxLogAsText(t *testing.T) {
 	if code, got := get("logged", map[string]string{"limitBytes": "4"}); code != 200 || got != lines[0][:4] {
 		t.Fatalf("limitBytes=4: %d %q", code, got)
 	}
-	for _, bad := range []map[string]string{{"follow": "true"}, {"tailLines": "-1"}, {"tailLines": "x"}, {"sinceSeconds": "5", "sinceTime": "2026-01-01T00:00:00Z"}} {
+	for _, bad := range []map[string]string{{"follow": "maybe"}, {"tailLines": "-1"}, {"tailLines": "x"}, {"sinceSeconds": "5", "sinceTime": "2026-01-01T00:00:00Z"}} {
 		if code, out := get("logged", bad); code != http.StatusBadRequest {
 			t.Fatalf("%v: %d %s, want 400", bad, code, out)
 		}
@@ -105,4 +107,21 @@ func TestLog_SubresourceServesTheSandboxLogAsText(t *testing.T) {
 			t.Fatalf("kubectl get --raw .../log: %q", out)
 		}
 	}
+	// follow=true streams: with limitBytes it ends there; with tailLines=0
+	// it prints only what is written once it began (its answer's headers
+	// come once the agent follows), line by line as written.
+	if code, got := get("logged", map[string]string{"follow": "true", "limitBytes": strconv.Itoa(len(all))}); code != 200 || got != all {
+		t.Fatalf("follow with limitBytes: %d %q, want %q", code, got, all)
+	}
+	resp, err := hc.Get(s.URL + "/apis/agents.x-k8s.io/v1beta1/namespaces/default/sandboxes/logged/log?follow=true&tailLines=0")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("follow: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	runInAgent(t, ag.URL, "echo written-after")
+	sc := bufio.NewScanner(resp.Body)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "[start pid ") || !sc.Scan() || sc.Text() != "written-after" {
+		t.Fatalf("follow: %q %v", sc.Text(), sc.Err())
+	}
+	resp.Body.Close()
 }

@@ -93,6 +93,7 @@ func (c *Config) Complete() CompletedConfig {
 		x.Now = time.Now
 	}
 	g := c.GenericConfig
+	g.LongRunningFunc = longRunning(g.LongRunningFunc) // longrunning.go
 	if g.EffectiveVersion == nil {
 		g.EffectiveVersion = compatibility.NewEffectiveVersionFromString("1.36", "", "")
 	}

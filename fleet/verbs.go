@@ -252,3 +252,16 @@ func (f *NodeFleet) Logs(ctx context.Context, s nodeapi.Sandbox, q agentapi.Logs
 	l, err := c.Logs(ctx, s.ID, q)
 	return l, nodeErr(err)
 }
+
+// FollowLogs follows s's log through its node (nodeapi.Client.FollowLogs):
+// the entries q selects, then each as it is written, until ctx ends or the
+// node ends the stream (s paused or released). 409 paused, 429 past the
+// node's bound on follows, 502 when the agent does not answer.
+func (f *NodeFleet) FollowLogs(ctx context.Context, s nodeapi.Sandbox, q agentapi.LogsQuery) (*agentapi.LogStream, error) {
+	c, err := f.owner(s)
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.FollowLogs(ctx, s.ID, q)
+	return st, nodeErr(err)
+}

@@ -1,6 +1,7 @@
 package kubectlsandbox_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -288,6 +289,53 @@ func TestPlugin_AgainstSandboxDev(t *testing.T) {
 		bad := int64(-1)
 		if err := admin.Logs(ctx, "demo", sandbox.SandboxLogOptions{SinceSeconds: &bad}, &buf); !apierrors.IsBadRequest(err) {
 			t.Errorf("logs with a negative sinceSeconds: %v, want 400", err)
+		}
+	})
+
+	t.Run("logs-follow", func(t *testing.T) {
+		// kubectl sandbox logs -f: once the stream has begun (its first
+		// line, from the earlier subtests' processes, arrived), a line
+		// written after it arrives too; cancelling ends it.
+		fctx, fcancel := context.WithCancel(ctx)
+		defer fcancel()
+		pr, pw := io.Pipe()
+		done := make(chan error, 1)
+		go func() {
+			err := admin.Logs(fctx, "demo", sandbox.SandboxLogOptions{Follow: true}, pw)
+			pw.Close()
+			done <- err
+		}()
+		lines := make(chan string, 1024)
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(pr)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		next := func(what string) string {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the follow ended before %s", what)
+				}
+				return l
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no line within 30s: %s", what)
+			}
+			return ""
+		}
+		next("the first line")
+		if res, err := admin.Exec(ctx, "demo", []string{"echo", "followed-marker"}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec: %+v %v", res, err)
+		}
+		for next("followed-marker") != "followed-marker" {
+		}
+		fcancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the follow did not end when its context did")
 		}
 	})
 

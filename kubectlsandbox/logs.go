@@ -16,7 +16,9 @@ import (
 )
 
 // Logs copies the sandbox log of name (GET sandboxes/name/log,
-// docs/API.md#sandbox-logs) to w, as opts select.
+// docs/API.md#sandbox-logs) to w, as opts select; with opts.Follow it
+// copies each line as it comes until ctx ends or the sandbox is paused or
+// released (the stream's end is not an error).
 func (p *Plugin) Logs(ctx context.Context, name string, opts sandbox.SandboxLogOptions, w io.Writer) error {
 	ns, err := p.namespace()
 	if err != nil {
@@ -46,6 +48,9 @@ func (p *Plugin) Logs(ctx context.Context, name string, opts sandbox.SandboxLogO
 	if opts.Timestamps {
 		req.Param("timestamps", "true")
 	}
+	if opts.Follow {
+		req.Param("follow", "true")
+	}
 	body, err := req.Stream(ctx)
 	if err != nil {
 		return err
@@ -62,7 +67,7 @@ func (p *Plugin) logsCommand() *cobra.Command {
 	var opts sandbox.SandboxLogOptions
 	c := &cobra.Command{
 		Use:   "logs NAME",
-		Short: "Print a sandbox's log: the processes started through its agent, their output and exit (not streamed)",
+		Short: "Print a sandbox's log: the processes started through its agent, their output and exit (-f follows it)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if tail >= 0 {
@@ -94,5 +99,6 @@ func (p *Plugin) logsCommand() *cobra.Command {
 	c.Flags().DurationVar(&since, "since", 0, "only lines newer than this (e.g. 5s, 2m, 3h)")
 	c.Flags().StringVar(&sinceTime, "since-time", "", "only lines at or after this RFC 3339 time")
 	c.Flags().BoolVar(&opts.Timestamps, "timestamps", false, "start each line with its RFC 3339 time")
+	c.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "stream the log: print each line as it is written, until interrupted or the sandbox is paused or deleted")
 	return c
 }

@@ -26,7 +26,9 @@ type SandboxLogOptions struct {
 	SinceTime *metav1.Time `json:"sinceTime,omitempty"`
 	// Timestamps starts each line with its RFC 3339 time.
 	Timestamps bool `json:"timestamps,omitempty"`
-	// Follow is not supported: true is a 400.
+	// Follow streams the log: the selected lines, then each entry as it
+	// is written, until the client goes away or the sandbox is paused or
+	// released.
 	Follow bool `json:"follow,omitempty"`
 }
 

@@ -23,8 +23,13 @@ import (
 // logStorage serves GET .../sandboxes/{name}/log, as pods/log does: the
 // sandbox's log (its agent's, through its node) as text/plain, one line
 // per entry (agentapi.LogEntry.Line), selected by SandboxLogOptions —
-// tailLines, sinceSeconds or sinceTime, limitBytes, timestamps. follow is
-// a 400: the log is read, not streamed. RBAC: get on sandboxes/log.
+// tailLines, sinceSeconds or sinceTime, limitBytes, timestamps — and
+// follow, which streams it as pods/log does (logFollow): the selected
+// lines, then each entry as the agent writes it, flushed line by line,
+// until the client goes away or the node ends it (the sandbox paused or
+// released). A follow is a long-running request (LongRunning: no request
+// timeout); its node bounds how many run at once (429). RBAC: get on
+// sandboxes/log.
 type logStorage struct {
 	s *sandboxStorage
 }
@@ -61,6 +66,21 @@ func (l *logStorage) Get(ctx context.Context, name string, opts runtime.Object) 
 	if err != nil {
 		return nil, fleetError(err, name, "log")
 	}
+	if o.Follow {
+		if o.TailLines != nil && *o.TailLines == 0 {
+			// None of the entries there are (the agent's tail 0 is all):
+			// only what comes.
+			q.Since, q.Tail = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), 0
+		}
+		st, err := l.s.fleet.FollowLogs(ctx, sb, q)
+		if err != nil {
+			if fleet.HTTPStatus(err) == http.StatusBadGateway {
+				return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("log of sandbox %s: %v", name, err))
+			}
+			return nil, fleetError(err, name, "log")
+		}
+		return &logFollow{st: st, timestamps: o.Timestamps, limit: o.LimitBytes}, nil
+	}
 	if o.TailLines != nil && *o.TailLines == 0 {
 		return &logText{}, nil
 	}
@@ -88,12 +108,10 @@ func (l *logStorage) Get(ctx context.Context, name string, opts runtime.Object) 
 }
 
 // logsQuery turns the options into the agent's query (400s for what
-// pods/log also refuses, and for follow).
+// pods/log also refuses).
 func logsQuery(o *sandbox.SandboxLogOptions, now time.Time) (agentapi.LogsQuery, error) {
 	var q agentapi.LogsQuery
 	switch {
-	case o.Follow:
-		return q, fmt.Errorf("follow is not supported on sandboxes/log: the log is read as it is, not streamed")
 	case o.TailLines != nil && *o.TailLines < 0:
 		return q, fmt.Errorf("tailLines must be >= 0, got %d", *o.TailLines)
 	case o.LimitBytes != nil && *o.LimitBytes < 1:
@@ -131,6 +149,65 @@ func (t *logText) DeepCopyObject() runtime.Object {
 func (t *logText) InputStream(ctx context.Context, apiVersion, acceptHeader string) (io.ReadCloser, bool, string, error) {
 	return io.NopCloser(bytes.NewReader(t.text)), false, "text/plain; charset=utf-8", nil
 }
+
+// logFollow is a followed log's answer: each entry's line
+// (agentapi.LogEntry.Line, after its RFC 3339 time with timestamps) as it
+// comes, flushed (rest.ResourceStreamer with flush), the first limit
+// bytes at most.
+type logFollow struct {
+	st         *agentapi.LogStream
+	timestamps bool
+	limit      *int64
+}
+
+var _ rest.ResourceStreamer = (*logFollow)(nil)
+
+func (f *logFollow) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (f *logFollow) DeepCopyObject() runtime.Object   { c := *f; return &c }
+
+func (f *logFollow) InputStream(ctx context.Context, apiVersion, acceptHeader string) (io.ReadCloser, bool, string, error) {
+	r := &followReader{f: f}
+	if f.limit != nil {
+		r.left = *f.limit
+	}
+	return r, true, "text/plain; charset=utf-8", nil
+}
+
+// followReader renders a followed log as text, one entry at a time.
+type followReader struct {
+	f    *logFollow
+	buf  []byte
+	left int64 // bytes the limit still allows (with f.limit)
+}
+
+func (r *followReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.f.limit != nil && r.left <= 0 {
+			return 0, io.EOF
+		}
+		e, err := r.f.st.Next()
+		if err != nil {
+			return 0, io.EOF // the node ended the stream, or it broke: the follow ends
+		}
+		if r.f.timestamps {
+			r.buf = append(r.buf, e.Time.UTC().Format(time.RFC3339Nano)...)
+			r.buf = append(r.buf, ' ')
+		}
+		r.buf = append(r.buf, e.Line()...)
+		r.buf = append(r.buf, '\n')
+		if r.f.limit != nil {
+			if int64(len(r.buf)) > r.left {
+				r.buf = r.buf[:r.left]
+			}
+			r.left -= int64(len(r.buf))
+		}
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func (r *followReader) Close() error { return r.f.st.Close() }
 
 // ParameterCodec is next, except that it decodes SandboxLogOptions (the
 // log subresource's query) itself: next, metav1's, knows only the meta

@@ -55,6 +55,8 @@ type Fleet interface {
 	Snapshot(ctx context.Context, s nodeapi.Sandbox, name string) (nodeapi.Snapshot, error)
 	// Logs reads s's log (the log subresource, log.go).
 	Logs(ctx context.Context, s nodeapi.Sandbox, q agentapi.LogsQuery) (agentapi.Logs, error)
+	// FollowLogs follows s's log (the log subresource with follow=true).
+	FollowLogs(ctx context.Context, s nodeapi.Sandbox, q agentapi.LogsQuery) (*agentapi.LogStream, error)
 	// Stats measures s (the stats subresource, stats.go).
 	Stats(ctx context.Context, s nodeapi.Sandbox) (nodeapi.Stats, error)
 }
