@@ -21,6 +21,7 @@
 //	POST /hearth/open            InitRequest → 204 (as /init, and opens a held agent; node only)
 //	POST /hearth/identity        IdentityRequest → 204 (the token is replaced; node only)
 //	GET  /hearth/logs?since=&tail=&limit=  → Logs (the sandbox log, LogsQuery; node only)
+//	GET  /hearth/logs?follow=true&since=&tail= → ndjson LogEntry lines as written (ParseFollow; 429 past MaxLogFollowers)
 //	GET  /hearth/oom-kills       → OOMKills (the guest kernel's OOM kill count; node only)
 //	GET|POST /files?…&signature= a signed file URL (FileSignature) instead of the token
 //	/agent-sandbox/…             agent-sandbox's runtime API (RuntimePrefix)

@@ -40,6 +40,7 @@
 //	PUT    /v1/sandboxes/{id}/labels      LabelsRequest → Sandbox (409 on a stale version)
 //	GET    /v1/sandboxes/{id}/stats       → Stats
 //	GET    /v1/sandboxes/{id}/logs        ?since=&tail=&limit= → agentapi.Logs (the agent's log; 409 paused, 502 agent)
+//	GET    /v1/sandboxes/{id}/logs        ?follow=true&since=&tail= → ndjson agentapi.LogEntry as written, until paused or released (FollowLogs; 429 past 4 per sandbox, 256 per node)
 //	GET    /v1/snapshots                  → SnapshotList (newest first)
 //	DELETE /v1/snapshots/{id}             → 204
 //	POST   /v1/snapshots/{id}/claim       SnapshotClaimRequest → Sandbox (with token, no claim_ref)
