@@ -54,7 +54,8 @@
 // agentapi.MaxLogLine), of the processes started through the API (command
 // line, exit status), each line they write to stdout and stderr (not a
 // terminal's output) and its own errors — never a process's environment.
-// GET agentapi.LogsPath serves it to the node.
+// GET agentapi.LogsPath serves it to the node; with follow=true it streams
+// each entry as it is written (logfollow.go).
 //
 // GET agentapi.OOMKillsPath serves the node the guest kernel's OOM kill
 // count, from /proc/vmstat (oom.go).
