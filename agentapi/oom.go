@@ -23,15 +23,20 @@ type OOMKills struct {
 	OOMKills uint64 `json:"oom_kills"`
 }
 
+// maxOOMKillsAnswer bounds what OOMKills reads of the guest's answer (a
+// count: tens of bytes; the guest writes it).
+const maxOOMKillsAnswer = 4 << 10
+
 // OOMKills asks GET OOMKillsPath for the guest kernel's OOM kill count. An
-// agent without the route answers 404 (an *HTTPError; StatusOf tells).
+// agent without the route answers 404 (an *HTTPError; StatusOf tells); an
+// answer past 4 KiB is an error, read no further.
 func (c *Client) OOMKills(ctx context.Context) (uint64, error) {
 	hc := c.HTTP
 	if hc == nil {
 		hc = DefaultHTTPClient
 	}
 	var out OOMKills
-	err := httpjson.Call{Method: http.MethodGet, URL: "http://" + c.Addr + OOMKillsPath, Header: AccessTokenHeader, Value: c.Token, Out: &out, ErrLimit: maxMessage}.Do(ctx, hc)
+	err := httpjson.Call{Method: http.MethodGet, URL: "http://" + c.Addr + OOMKillsPath, Header: AccessTokenHeader, Value: c.Token, Out: &out, ErrLimit: maxMessage, OutLimit: maxOOMKillsAnswer}.Do(ctx, hc)
 	var he *httpjson.Error
 	if errors.As(err, &he) {
 		return 0, &HTTPError{Path: OOMKillsPath, Status: he.Status, Message: strings.TrimSpace(string(he.Body))}

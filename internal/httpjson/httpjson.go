@@ -46,6 +46,9 @@ type Call struct {
 	// ErrLimit bounds the part of a non-2xx body kept in Error.Body
 	// (default DefaultErrLimit).
 	ErrLimit int64
+	// OutLimit bounds the 2xx answer decoded into Out (default MaxAnswer):
+	// an answer cut short by it is an error.
+	OutLimit int64
 }
 
 // Error is a non-2xx answer: its status and at most Call.ErrLimit bytes
@@ -94,7 +97,11 @@ func (c Call) Do(ctx context.Context, hc *http.Client) error {
 		return &Error{Status: resp.StatusCode, Body: raw}
 	}
 	if c.Out != nil && resp.StatusCode != http.StatusNoContent {
-		return json.NewDecoder(io.LimitReader(resp.Body, MaxAnswer)).Decode(c.Out)
+		limit := c.OutLimit
+		if limit <= 0 {
+			limit = MaxAnswer
+		}
+		return json.NewDecoder(io.LimitReader(resp.Body, limit)).Decode(c.Out)
 	}
 	return nil
 }
