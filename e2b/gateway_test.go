@@ -539,3 +539,23 @@ func TestDataPlane_ProcessesKnowTheirSandbox(t *testing.T) {
 	require.Equal(t, 200, status)
 	require.Equal(t, child.SandboxID+"\n", out)
 }
+
+// TestCPUUsedPct_IsTheNodesRateOverTheSandboxsCPUs: e2b's cpuUsedPct is
+// the node's CPU rate as a percentage of the sandbox's CPUs; without a
+// rate (the node's first measurement) it is 0.
+func TestCPUUsedPct_IsTheNodesRateOverTheSandboxsCPUs(t *testing.T) {
+	rate := func(c float64) *float64 { return &c }
+	for _, c := range []struct {
+		st   nodeapi.Stats
+		want float64
+	}{
+		{nodeapi.Stats{CPUCount: 2, CPURateCores: rate(0.5)}, 25},
+		{nodeapi.Stats{CPUCount: 1, CPURateCores: rate(1)}, 100},
+		{nodeapi.Stats{CPUCount: 4, CPURateCores: rate(0.123456)}, 3.09},
+		{nodeapi.Stats{CPUCount: 2}, 0},
+		{nodeapi.Stats{CPUCount: 0, CPURateCores: rate(1)}, 0},
+		{nodeapi.Stats{CPUCount: 2, CPURateCores: rate(-1)}, 0},
+	} {
+		require.Equal(t, c.want, cpuUsedPct(c.st), "%+v", c.st)
+	}
+}

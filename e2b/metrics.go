@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/hearthvm/hearth/nodeapi"
 )
 
 type metricJSON struct {
@@ -67,12 +69,22 @@ func (g *gateway) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	out := []metricJSON{}
 	if at.Unix() >= start && at.Unix() <= end {
 		out = append(out, metricJSON{
-			Timestamp: rfc3339(at), TimestampUnix: at.Unix(), CPUCount: st.CPUCount,
+			Timestamp: rfc3339(at), TimestampUnix: at.Unix(), CPUCount: st.CPUCount, CPUUsedPct: cpuUsedPct(st),
 			MemUsed: st.MemUsedBytes, MemTotal: st.MemTotalBytes,
 			DiskUsed: st.DiskUsedBytes, DiskTotal: st.DiskTotalBytes,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// cpuUsedPct is e2b's cpuUsedPct: the share of the sandbox's CPUs it used
+// over the node's rate window (nodeapi.Stats.CPURateCores), in percent,
+// two decimals; 0 while the node has no rate yet (a first measurement).
+func cpuUsedPct(st nodeapi.Stats) float64 {
+	if st.CPURateCores == nil || st.CPUCount <= 0 || *st.CPURateCores < 0 {
+		return 0
+	}
+	return math.Round(*st.CPURateCores/float64(st.CPUCount)*10000) / 100
 }
 
 // nonNegativeParam reads query parameter name as a non-negative integer:
