@@ -165,6 +165,9 @@ function agentProbes() {
     { method: 'GET', path: '/files?path=%2F.hearth%2Ftoken&username=root', body: undefined, headers: {} },
     { method: 'POST', path: '/process.Process/Start', body: connectStart('echo pwned-$(id -u)'), headers: { 'Content-Type': 'application/connect+json', 'Connect-Protocol-Version': '1' } },
     { method: 'POST', path: '/hearth/identity', body: JSON.stringify({ token: 'attacker-token' }), headers: { 'Content-Type': 'application/json' } },
+    // The node's opening of a held agent (after the sandbox's egress
+    // policy is in): a caller that could send it would run before its filter.
+    { method: 'POST', path: '/hearth/open', body: JSON.stringify({ envVars: {} }), headers: { 'Content-Type': 'application/json' } },
   ]
 }
 
@@ -319,6 +322,8 @@ test('attack: the agent re-key endpoint is not reachable through the gateway, ev
     const token = await tokenOfSandbox(sbx)
     const r = await raw('POST', '/hearth/identity', { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': token, 'Content-Type': 'application/json' }, JSON.stringify({ token: 'attacker-token' }))
     assert.ok(r.status === 404 || r.status === 403, `re-key through the gateway answered ${r.status}: ${r.body}`)
+    const o = await raw('POST', '/hearth/open', { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': token, 'Content-Type': 'application/json' }, JSON.stringify({ envVars: {} }))
+    assert.ok(o.status === 404 || o.status === 403, `the node's opening through the gateway answered ${o.status}: ${o.body}`)
     assert.equal(await tokenOfSandbox(sbx), token, 'the token changed')
     assert.equal((await run(sbx, 'echo ok')).stdout.trim(), 'ok')
   })
