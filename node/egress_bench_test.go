@@ -12,7 +12,6 @@ import (
 	"github.com/hearthvm/hearth/internal/testagent"
 	"github.com/hearthvm/hearth/internal/testnet"
 	"github.com/hearthvm/hearth/nodeapi"
-	"github.com/hearthvm/hearth/vmm/sim"
 )
 
 // BenchmarkClaim_SimEgressPolicy is issue 24's measure: the latency of a
@@ -99,11 +98,7 @@ func BenchmarkResume_SimEgressFirstAllowedConnection(b *testing.B) {
 	net := testnet.Start(b, testnet.Host{Addr: "198.18.0.10", Names: []string{"allowed.test"}})
 	base := b.TempDir()
 	root := filepath.Join(base, "vms")
-	d, err := sim.New(sim.Options{Root: root, AgentCommand: []string{testagent.Path(b)}, UplinkNetns: net.UplinkPath})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { killMentioning(root) })
+	d := newSimOn(b, root, net.UplinkPath)
 	tn := runNode(b, Config{Name: "n1", DataDir: filepath.Join(base, "data"), RootToken: testRoot, Driver: d,
 		ReapInterval: time.Hour, RefillInterval: 50 * time.Millisecond})
 	if _, err := tn.root.PutPools(bg, []nodeapi.PoolSpec{{Template: "img", Net: "egress", Warm: 1}}); err != nil {

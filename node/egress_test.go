@@ -14,7 +14,6 @@ import (
 	"github.com/hearthvm/hearth/internal/testnet"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/vmm"
-	"github.com/hearthvm/hearth/vmm/sim"
 	"github.com/hearthvm/hearth/vmm/vmmtest"
 )
 
@@ -40,12 +39,7 @@ func TestNode_Sim_EgressPolicyHoldsAcrossForkRestartAndReboot(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "vms")
 	driver := func() *gatedDriver {
-		d, err := sim.New(sim.Options{Root: root, AgentCommand: []string{testagent.Path(t)}, UplinkNetns: net.UplinkPath})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { killMentioning(root) })
-		return &gatedDriver{Driver: d, release: make(chan struct{})}
+		return &gatedDriver{Driver: newSimOn(t, root, net.UplinkPath), release: make(chan struct{})}
 	}
 	cfg := Config{Name: "n1", DataDir: filepath.Join(base, "data"), RootToken: testRoot, Driver: driver(),
 		ReapInterval: 50 * time.Millisecond, RefillInterval: 50 * time.Millisecond}
@@ -189,11 +183,7 @@ func TestNode_Sim_PoolPolicyHoldsForEveryClaimOfThePool(t *testing.T) {
 	)
 	base := t.TempDir()
 	root := filepath.Join(base, "vms")
-	d, err := sim.New(sim.Options{Root: root, AgentCommand: []string{testagent.Path(t)}, UplinkNetns: net.UplinkPath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { killMentioning(root) })
+	d := newSimOn(t, root, net.UplinkPath)
 	tn := runNode(t, Config{Name: "n1", DataDir: filepath.Join(base, "data"), RootToken: testRoot, Driver: d,
 		ReapInterval: 50 * time.Millisecond, RefillInterval: 50 * time.Millisecond})
 	denyDenied := &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{{Action: egress.Deny, CIDR: "198.18.0.20"}}}

@@ -313,11 +313,7 @@ func TestNode_Sim_HeldClaimsFirstProcessCannotReachADeniedAddress(t *testing.T) 
 	)
 	base := t.TempDir()
 	root := filepath.Join(base, "vms")
-	d, err := sim.New(sim.Options{Root: root, AgentCommand: []string{testagent.Path(t)}, UplinkNetns: net.UplinkPath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { killMentioning(root) })
+	d := newSimOn(t, root, net.UplinkPath)
 	tn := runNode(t, Config{Name: "n1", DataDir: filepath.Join(base, "data"), RootToken: testRoot, Driver: lateSim{d},
 		ReapInterval: 50 * time.Millisecond, RefillInterval: 50 * time.Millisecond})
 	if _, err := tn.root.PutPools(bg, []nodeapi.PoolSpec{{Template: "img", Net: "egress", Warm: 2}}); err != nil {

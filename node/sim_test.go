@@ -44,12 +44,21 @@ func (g *gatedDriver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm
 
 func newSim(t testing.TB, root string) *gatedDriver {
 	t.Helper()
-	d, err := sim.New(sim.Options{Root: root, AgentCommand: []string{testagent.Path(t)}})
+	return &gatedDriver{Driver: newSimOn(t, root, ""), release: make(chan struct{})}
+}
+
+// newSimOn starts a sim driver under root whose VMs run the test agent and
+// whose egress lane goes out through the network namespace uplink (a
+// testnet.Net's UplinkPath; "" for the host's), and kills what is left of
+// its VMs when t ends.
+func newSimOn(t testing.TB, root, uplink string) *sim.Driver {
+	t.Helper()
+	d, err := sim.New(sim.Options{Root: root, AgentCommand: []string{testagent.Path(t)}, UplinkNetns: uplink})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { killMentioning(root) })
-	return &gatedDriver{Driver: d, release: make(chan struct{})}
+	return d
 }
 
 // killMentioning SIGKILLs live processes whose command line mentions s (the
