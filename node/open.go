@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/agentapi"
+	"github.com/hearthvm/hearth/nodeapi"
 	sandboxkeys "github.com/hearthvm/hearth/sandbox"
 	"github.com/hearthvm/hearth/vmm"
 )
@@ -120,4 +121,27 @@ func (n *Node) openClaimed(sb *sandbox, rec record) {
 		n.log.Error(err, "Cannot delete the record of a sandbox that failed to open", "id", rec.ID)
 	}
 	n.destroyAsync(rec.Handle, "opening the claim failed")
+}
+
+// restopped stops sb's VM again after a restart from its disk whose
+// policy or opening failed, and records it paused without memory (a later
+// resume boots it again); cause is the error answered. A VM that cannot
+// be stopped is left running held — closed to the sandbox — and said so.
+func (n *Node) restopped(ctx context.Context, sb *sandbox, cause error) error {
+	n.mu.Lock()
+	h := sb.rec.Handle
+	n.mu.Unlock()
+	ctx = context.WithoutCancel(ctx)
+	err := n.driverCall(ctx, "Stop", h, func(ctx context.Context) (err error) { h, err = n.stopWithoutMemory(ctx, h); return err })
+	if err == nil {
+		ev := n.event(nodeapi.EventWarning, nodeapi.ReasonPaused, "paused again without memory: "+cause.Error())
+		var rec record
+		if rec, err = n.update(sb, func(r *record) { r.Handle, r.Paused, r.Stopped = h, true, true; r.record(ev) }); err == nil {
+			n.kubeEvent(&rec, ev)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w; stopping it again: %v", cause, err)
+	}
+	return fmt.Errorf("%w (it stays paused)", cause)
 }

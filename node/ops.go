@@ -288,29 +288,6 @@ func (n *Node) pause(ctx context.Context, id string, pause, keepMemory bool) err
 	})
 }
 
-// restopped stops sb's VM again after a restart from its disk whose
-// policy or opening failed, and records it paused without memory (a later
-// resume boots it again); cause is the error answered. A VM that cannot
-// be stopped is left running held — closed to the sandbox — and said so.
-func (n *Node) restopped(ctx context.Context, sb *sandbox, cause error) error {
-	n.mu.Lock()
-	h := sb.rec.Handle
-	n.mu.Unlock()
-	ctx = context.WithoutCancel(ctx)
-	err := n.driverCall(ctx, "Stop", h, func(ctx context.Context) (err error) { h, err = n.stopWithoutMemory(ctx, h); return err })
-	if err == nil {
-		ev := n.event(nodeapi.EventWarning, nodeapi.ReasonPaused, "paused again without memory: "+cause.Error())
-		var rec record
-		if rec, err = n.update(sb, func(r *record) { r.Handle, r.Paused, r.Stopped = h, true, true; r.record(ev) }); err == nil {
-			n.kubeEvent(&rec, ev)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("%w; stopping it again: %v", cause, err)
-	}
-	return fmt.Errorf("%w (it stays paused)", cause)
-}
-
 // stopWithoutMemory ends h keeping only its disk, so that Restore boots it
 // again: the driver's Shutdown (vmm.Shutdowner) where it has one, whose
 // Stop would keep the memory; else its Stop.
