@@ -84,10 +84,7 @@ func (n *Node) logRunning(id string) bool {
 func (n *Node) endFollowWhenStopped(ctx context.Context, id string, stop context.CancelFunc) {
 	for {
 		n.hub.mu.Lock()
-		if n.hub.notify == nil {
-			n.hub.notify = make(chan struct{})
-		}
-		next := n.hub.notify
+		next := n.hub.changed()
 		n.hub.mu.Unlock()
 		if !n.logRunning(id) {
 			stop()

@@ -276,20 +276,27 @@ func (h *hub) snapshot(node, addr string) nodeapi.WatchEvent {
 // the ring (another epoch, evicted, or ahead of the node), and the channel
 // closed at the next change; call with h.mu held.
 func (h *hub) since(pos nodeapi.WatchPosition, node, addr string) ([]nodeapi.WatchEvent, uint64, <-chan struct{}) {
-	if h.notify == nil {
-		h.notify = make(chan struct{})
-	}
+	next := h.changed()
 	if pos.Epoch != h.epoch || pos.Rev > h.rev || pos.Rev+1 < h.oldest() {
-		return []nodeapi.WatchEvent{h.snapshot(node, addr)}, h.rev, h.notify
+		return []nodeapi.WatchEvent{h.snapshot(node, addr)}, h.rev, next
 	}
 	if pos.Rev == h.rev {
-		return nil, h.rev, h.notify
+		return nil, h.rev, next
 	}
 	out := make([]nodeapi.WatchEvent, 0, h.rev-pos.Rev)
 	for r := pos.Rev + 1; r <= h.rev; r++ {
 		out = append(out, h.ring[r%watchRing])
 	}
-	return out, h.rev, h.notify
+	return out, h.rev, next
+}
+
+// changed returns the channel closed at the next change; call with h.mu
+// held.
+func (h *hub) changed() <-chan struct{} {
+	if h.notify == nil {
+		h.notify = make(chan struct{})
+	}
+	return h.notify
 }
 
 // watchLoop runs the stream's consistency check every watchCheckInterval
