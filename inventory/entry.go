@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,6 +21,17 @@ func NameOf(s *nodeapi.Sandbox) string {
 		return s.ClaimRef
 	}
 	return "default/" + nodeapi.DNSName(s.ID)
+}
+
+// SplitName splits an entry name (a claim ref, NameOf) "ns/name" at its
+// first "/": the Sandbox object's namespace and name; an unqualified name
+// is in namespace default. The node names the object its Kubernetes
+// Events regard with it, as every read does.
+func SplitName(s string) (ns, name string) {
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		return s[:i], s[i+1:]
+	}
+	return "default", s
 }
 
 // uidSpace is the namespace of the name-based sandbox uids.

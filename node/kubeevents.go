@@ -1,8 +1,6 @@
 package node
 
 import (
-	"strings"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/hearthvm/hearth/inventory"
@@ -40,10 +38,7 @@ func (n *Node) kubeEvent(r *record, e nodeapi.Event) {
 // namespace (default when it names none) and name, and uid
 // inventory.UID(node, id) — what kubectl describe selects events by.
 func kubeObject(node string, r *record) *unstructured.Unstructured {
-	ns, name, ok := strings.Cut(r.ClaimRef, "/")
-	if !ok {
-		ns, name = "default", r.ClaimRef
-	}
+	ns, name := inventory.SplitName(r.ClaimRef)
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion(sandboxapi.SchemeGroupVersion.String())
 	u.SetKind("Sandbox")

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,15 +14,6 @@ import (
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/sandbox"
 )
-
-// splitName splits an entry name "ns/name" at its first "/"; an
-// unqualified name is in namespace default.
-func splitName(s string) (ns, name string) {
-	if i := strings.IndexByte(s, '/'); i >= 0 {
-		return s[:i], s[i+1:]
-	}
-	return "default", s
-}
 
 // stampedLabels and stampedAnnotations are the keys a read stamps: they
 // win over the user's keys of the same name, which are never recorded.
@@ -87,7 +77,7 @@ func readLabels(s *nodeapi.Sandbox) map[string]string {
 	}
 	l[sandbox.LabelNode], l[sandbox.LabelPhase] = s.Node, inventory.PhaseOf(s)
 	if s.ClaimRef != "" {
-		_, n := splitName(s.ClaimRef)
+		_, n := inventory.SplitName(s.ClaimRef)
 		l[sandbox.LabelClaim] = n
 	}
 	if s.Template != "" {
@@ -106,7 +96,7 @@ func readLabels(s *nodeapi.Sandbox) map[string]string {
 // never rendered here (Create adds it).
 // A view entry has no spec beyond the live state, nor managedFields.
 func synthesize(s *nodeapi.Sandbox, rv uint64) *sandboxv1beta1.Sandbox {
-	ns, name := splitName(inventory.NameOf(s))
+	ns, name := inventory.SplitName(inventory.NameOf(s))
 	sb := &sandboxv1beta1.Sandbox{
 		TypeMeta: metav1.TypeMeta{APIVersion: sandboxv1beta1.GroupVersion.String(), Kind: "Sandbox"},
 		ObjectMeta: metav1.ObjectMeta{

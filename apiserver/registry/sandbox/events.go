@@ -40,7 +40,7 @@ func NodeEvents(f Fleet) func(ctx context.Context, ns, name string) ([]corev1.Ev
 // CoreEvents renders s's node-recorded events as core/v1 events regarding
 // its Sandbox object (its uid, uidOf), oldest first.
 func CoreEvents(s *nodeapi.Sandbox) []corev1.Event {
-	ns, name := splitName(inventory.NameOf(s))
+	ns, name := inventory.SplitName(inventory.NameOf(s))
 	ref := corev1.ObjectReference{Kind: "Sandbox", APIVersion: sandboxv1beta1.GroupVersion.String(),
 		Namespace: ns, Name: name, UID: uidOf(s)}
 	out := make([]corev1.Event, 0, len(s.Events))

@@ -74,7 +74,7 @@ func (f filter) pinned() (string, bool) {
 
 // matches reports whether sandbox s passes the filter.
 func (f filter) matches(s *nodeapi.Sandbox) bool {
-	ns, name := splitName(inventory.NameOf(s))
+	ns, name := inventory.SplitName(inventory.NameOf(s))
 	if f.namespace != "" && ns != f.namespace {
 		return false
 	}

@@ -205,6 +205,6 @@ func FuzzFilter(f *testing.F) {
 			return
 		}
 		flt.matches(&nodeapi.Sandbox{ID: "sb_1", Node: "n1", Template: "t", ClaimRef: name})
-		splitName(name)
+		inventory.SplitName(name)
 	})
 }

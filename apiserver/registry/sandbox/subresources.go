@@ -12,6 +12,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/hearthvm/hearth/fleet"
+	"github.com/hearthvm/hearth/inventory"
 	"github.com/hearthvm/hearth/nodeapi"
 	"github.com/hearthvm/hearth/sandbox"
 )
@@ -119,7 +120,7 @@ func (s *sandboxStorage) verbs() map[string]*verbStorage {
 					for _, k := range kids {
 						name := k.ID
 						if k.ClaimRef != "" {
-							_, name = splitName(k.ClaimRef)
+							_, name = inventory.SplitName(k.ClaimRef)
 						}
 						c := sandbox.SandboxForkChild{SandboxID: k.ID, Name: name, NodeName: k.Node, Address: k.AgentAddr}
 						if !k.Deadline.IsZero() {
