@@ -29,8 +29,9 @@ func TestLogs_ServesTheAgentsLogInE2BsShape(t *testing.T) {
 	require.Len(t, l.LogEntries, 5)
 	require.True(t, strings.HasPrefix(l.Logs[0].Line, "[start pid "), l.Logs[0].Line)
 	require.Contains(t, l.Logs[0].Line, `/bin/bash -c "echo hello;`)
-	lines := []string{l.Logs[1].Line, l.Logs[2].Line}
-	require.ElementsMatch(t, []string{"hello", "oops"}, lines)
+	// stdout and stderr are two pipes: their lines interleave in any order.
+	lines := []string{l.Logs[1].Line, l.Logs[2].Line, l.Logs[3].Line}
+	require.ElementsMatch(t, []string{"hello", "oops", ""}, lines)
 	require.Contains(t, l.Logs[4].Line, "] exit status 0")
 	e := l.LogEntries[1]
 	require.Equal(t, "info", e.Level)
