@@ -59,39 +59,51 @@ func StatusOf(err error) int {
 // 204), an *HTTPError for another answer, the transport's error (as is,
 // for the caller to tell a timeout from a refused connection) otherwise.
 func (c *Client) Health(ctx context.Context) error {
-	return c.do(ctx, http.MethodGet, HealthPath, nil)
+	return c.do(ctx, HealthPath, "", httpjson.Call{Method: http.MethodGet})
 }
 
 // Init posts env to /init (InitRequest): the agent adds it to every
 // process it starts from then on. An agent without /init answers 404
 // (an *HTTPError; StatusOf tells).
 func (c *Client) Init(ctx context.Context, env map[string]string) error {
-	return c.do(ctx, http.MethodPost, InitPath, InitRequest{EnvVars: env})
+	return c.do(ctx, InitPath, "", httpjson.Call{Method: http.MethodPost, In: InitRequest{EnvVars: env}})
 }
 
 // Open posts env to OpenPath: what Init does, and it opens an agent that
 // holds requests until the node opens it (OpenPath). An agent without the
 // route answers 404 (an *HTTPError).
 func (c *Client) Open(ctx context.Context, env map[string]string) error {
-	return c.do(ctx, http.MethodPost, OpenPath, InitRequest{EnvVars: env})
+	return c.do(ctx, OpenPath, "", httpjson.Call{Method: http.MethodPost, In: InitRequest{EnvVars: env}})
 }
 
 // SetIdentity re-keys the agent: it presents c.Token, the agent's current
 // token, and installs token in its place (IdentityRequest). An agent
 // without the route answers 404 or 405 (an *HTTPError).
 func (c *Client) SetIdentity(ctx context.Context, token string) error {
-	return c.do(ctx, http.MethodPost, IdentityPath, IdentityRequest{Token: token})
+	return c.do(ctx, IdentityPath, "", httpjson.Call{Method: http.MethodPost, In: IdentityRequest{Token: token}})
 }
 
-func (c *Client) do(ctx context.Context, method, path string, in any) error {
-	hc := c.HTTP
-	if hc == nil {
-		hc = DefaultHTTPClient
+// httpClient is c.HTTP, or DefaultHTTPClient when it is nil.
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
 	}
-	err := httpjson.Call{Method: method, URL: "http://" + c.Addr + path, Header: AccessTokenHeader, Value: c.Token, In: in, ErrLimit: maxMessage}.Do(ctx, hc)
+	return DefaultHTTPClient
+}
+
+// do sends call to route (with query, when it is not empty) and the
+// agent's token: a non-2xx answer is an *HTTPError naming route, with at
+// most maxMessage bytes of its body.
+func (c *Client) do(ctx context.Context, route, query string, call httpjson.Call) error {
+	call.URL = "http://" + c.Addr + route
+	if query != "" {
+		call.URL += "?" + query
+	}
+	call.Header, call.Value, call.ErrLimit = AccessTokenHeader, c.Token, maxMessage
+	err := call.Do(ctx, c.httpClient())
 	var he *httpjson.Error
 	if errors.As(err, &he) {
-		return &HTTPError{Path: path, Status: he.Status, Message: strings.TrimSpace(string(he.Body))}
+		return &HTTPError{Path: route, Status: he.Status, Message: strings.TrimSpace(string(he.Body))}
 	}
 	return err
 }
@@ -99,19 +111,9 @@ func (c *Client) do(ctx context.Context, method, path string, in any) error {
 // Logs asks GET LogsPath for the entries q selects. An agent without the
 // route answers 404 (an *HTTPError).
 func (c *Client) Logs(ctx context.Context, q LogsQuery) (Logs, error) {
-	hc := c.HTTP
-	if hc == nil {
-		hc = DefaultHTTPClient
-	}
 	var out Logs
-	path := LogsPath
-	if v := q.Values(); len(v) > 0 {
-		path += "?" + v.Encode()
+	if err := c.do(ctx, LogsPath, q.Values().Encode(), httpjson.Call{Method: http.MethodGet, Out: &out}); err != nil {
+		return Logs{}, err
 	}
-	err := httpjson.Call{Method: http.MethodGet, URL: "http://" + c.Addr + path, Header: AccessTokenHeader, Value: c.Token, Out: &out, ErrLimit: maxMessage}.Do(ctx, hc)
-	var he *httpjson.Error
-	if errors.As(err, &he) {
-		return Logs{}, &HTTPError{Path: LogsPath, Status: he.Status, Message: strings.TrimSpace(string(he.Body))}
-	}
-	return out, err
+	return out, nil
 }

@@ -102,10 +102,7 @@ func (s *LogStream) Close() error { return s.body.Close() }
 // apply (its Transport does). A refusal is an *HTTPError (429 past
 // MaxLogFollowers).
 func (c *Client) FollowLogs(ctx context.Context, q LogsQuery) (*LogStream, error) {
-	hc := c.HTTP
-	if hc == nil {
-		hc = DefaultHTTPClient
-	}
+	hc := c.httpClient()
 	stream := &http.Client{Transport: hc.Transport, CheckRedirect: hc.CheckRedirect}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+LogsPath+"?"+FollowValues(q).Encode(), nil)
 	if err != nil {

@@ -2,9 +2,7 @@ package agentapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/hearthvm/hearth/internal/httpjson"
 )
@@ -31,15 +29,9 @@ const maxOOMKillsAnswer = 4 << 10
 // agent without the route answers 404 (an *HTTPError; StatusOf tells); an
 // answer past 4 KiB is an error, read no further.
 func (c *Client) OOMKills(ctx context.Context) (uint64, error) {
-	hc := c.HTTP
-	if hc == nil {
-		hc = DefaultHTTPClient
-	}
 	var out OOMKills
-	err := httpjson.Call{Method: http.MethodGet, URL: "http://" + c.Addr + OOMKillsPath, Header: AccessTokenHeader, Value: c.Token, Out: &out, ErrLimit: maxMessage, OutLimit: maxOOMKillsAnswer}.Do(ctx, hc)
-	var he *httpjson.Error
-	if errors.As(err, &he) {
-		return 0, &HTTPError{Path: OOMKillsPath, Status: he.Status, Message: strings.TrimSpace(string(he.Body))}
+	if err := c.do(ctx, OOMKillsPath, "", httpjson.Call{Method: http.MethodGet, Out: &out, OutLimit: maxOOMKillsAnswer}); err != nil {
+		return 0, err
 	}
-	return out.OOMKills, err
+	return out.OOMKills, nil
 }
