@@ -79,25 +79,23 @@ func (n *Node) logRunning(id string) bool {
 }
 
 // endFollowWhenStopped calls stop once sandbox id is paused or released,
-// or the node closes; it returns when ctx ends. It wakes on the node's
-// change stream, never polls.
+// or the node closes; it returns when ctx ends. It waits on the hub's
+// channel for that sandbox's stop (hub.stopped), so a change to another
+// sandbox wakes no follow; it never polls.
 func (n *Node) endFollowWhenStopped(ctx context.Context, id string, stop context.CancelFunc) {
-	for {
-		n.hub.mu.Lock()
-		next := n.hub.changed()
-		n.hub.mu.Unlock()
-		if !n.logRunning(id) {
-			stop()
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.ctx.Done():
-			stop()
-			return
-		case <-next:
-		}
+	n.hub.mu.Lock()
+	stopped := n.hub.stopped(id)
+	n.hub.mu.Unlock()
+	if !n.logRunning(id) {
+		stop()
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-n.ctx.Done():
+		stop()
+	case <-stopped:
+		stop()
 	}
 }
 

@@ -58,6 +58,10 @@ type hub struct {
 	pools map[pool.Key]nodeapi.PoolInfo
 	// notify is closed at the next event; nil while nobody waits.
 	notify chan struct{}
+	// stops holds, per sandbox somebody waits on (stopped), the channel
+	// closed when it is published paused or leaves: a waiter wakes for
+	// its own sandbox's stop, not for every change.
+	stops map[string]chan struct{}
 }
 
 func newHub() *hub {
@@ -102,6 +106,9 @@ func (h *hub) putLocked(s *nodeapi.Sandbox) bool {
 	}
 	h.sbs[s.ID] = s
 	h.append(nodeapi.WatchEvent{Type: nodeapi.WatchPut, Sandbox: s})
+	if s.Paused {
+		h.stopLocked(s.ID)
+	}
 	return true
 }
 
@@ -121,6 +128,7 @@ func (h *hub) del(id string) bool {
 }
 
 func (h *hub) delLocked(id string) bool {
+	h.stopLocked(id)
 	s := h.sbs[id]
 	if s == nil {
 		return false
@@ -288,6 +296,31 @@ func (h *hub) since(pos nodeapi.WatchPosition, node, addr string) ([]nodeapi.Wat
 		out = append(out, h.ring[r%watchRing])
 	}
 	return out, h.rev, next
+}
+
+// stopped returns the channel closed when sandbox id is next published
+// paused or leaves the hub; call with h.mu held. The caller checks the
+// sandbox's state after taking it (a stop before that closed no channel
+// of its). The channel lasts until that stop: one per followed running
+// sandbox, whatever its waiters.
+func (h *hub) stopped(id string) <-chan struct{} {
+	ch := h.stops[id]
+	if ch == nil {
+		if h.stops == nil {
+			h.stops = map[string]chan struct{}{}
+		}
+		ch = make(chan struct{})
+		h.stops[id] = ch
+	}
+	return ch
+}
+
+// stopLocked wakes sandbox id's stopped waiters; call with h.mu held.
+func (h *hub) stopLocked(id string) {
+	if ch := h.stops[id]; ch != nil {
+		close(ch)
+		delete(h.stops, id)
+	}
 }
 
 // changed returns the channel closed at the next change; call with h.mu

@@ -245,6 +245,60 @@ func TestHub_WakesWaitersAndSnapshotsItsState(t *testing.T) {
 	}
 }
 
+// TestHub_StoppedWakesOnlyItsOwnSandboxsStop: the channel a log follow
+// waits on closes when its sandbox is published paused or leaves (also
+// through the consistency check), not at another sandbox's change nor at
+// a change of its own that leaves it running; after a stop, a new wait
+// gets a new channel.
+func TestHub_StoppedWakesOnlyItsOwnSandboxsStop(t *testing.T) {
+	h := newHub()
+	wait := func(id string) <-chan struct{} {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.stopped(id)
+	}
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	h.put(&nodeapi.Sandbox{ID: "sb_a", Template: "img"})
+	h.put(&nodeapi.Sandbox{ID: "sb_b", Template: "img"})
+	a, a2, b := wait("sb_a"), wait("sb_a"), wait("sb_b")
+	if a != a2 {
+		t.Fatal("two waits on one sandbox got two channels")
+	}
+	h.put(&nodeapi.Sandbox{ID: "sb_b", Template: "img", Metadata: map[string]string{"k": "v"}})
+	h.put(&nodeapi.Sandbox{ID: "sb_c", Template: "img", Paused: true})
+	h.del("sb_d")
+	if closed(a) || closed(b) {
+		t.Fatal("a change that stopped neither sandbox woke a waiter")
+	}
+	h.put(&nodeapi.Sandbox{ID: "sb_a", Template: "img", Paused: true})
+	if !closed(a) || closed(b) {
+		t.Fatalf("sb_a paused: its waiter woken %v, sb_b's %v", closed(a), closed(b))
+	}
+	h.del("sb_b")
+	if !closed(b) {
+		t.Fatal("sb_b released: its waiter was not woken")
+	}
+	h.put(&nodeapi.Sandbox{ID: "sb_a", Template: "img"}) // resumed
+	again := wait("sb_a")
+	if closed(again) {
+		t.Fatal("a wait after the stop got the closed channel")
+	}
+	h.apply(nil, nil) // the consistency check finds sb_a gone
+	if !closed(again) {
+		t.Fatal("a sandbox the consistency check removed did not wake its waiter")
+	}
+	if len(h.stops) != 0 {
+		t.Fatalf("stops left after every stop: %v", h.stops)
+	}
+}
+
 // TestHub_CheckRepairsOnlyWhatWasMissed is the consistency check's core:
 // a whole read equal to the hub's state appends nothing; each difference
 // appends the one event that was missed.
