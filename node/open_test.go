@@ -22,6 +22,8 @@ import (
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/sim"
 	"github.com/hearthvm/hearth/vmm/vmmtest"
+
+	"github.com/stretchr/testify/require"
 )
 
 // slowEnforcer is an in-memory driver that enforces policies (and checks
@@ -142,18 +144,6 @@ func heldNode(t *testing.T, dataDir string) (*testNode, *slowEnforcer, *heldAgen
 	return tn, d, ha
 }
 
-// waitFor polls cond until it holds (10 s).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestClaim_HeldVMIsAnsweredBeforeItsPolicyIsInAndServesOnlyAfter: on a
 // lane whose VMs boot held, a claim with a policy is answered while the
 // driver's SetEgress still runs; the sandbox's first request waits at its
@@ -170,7 +160,7 @@ func TestClaim_HeldVMIsAnsweredBeforeItsPolicyIsInAndServesOnlyAfter(t *testing.
 	if d.enforced.Load() != 0 {
 		t.Fatal("SetEgress finished before the claim was answered: the test proves nothing")
 	}
-	waitFor(t, "SetEgress to begin", func() bool { return d.entered.Load() == 1 })
+	require.Eventually(t, func() bool { return d.entered.Load() == 1 }, waitWithin, waitTick, "SetEgress to begin")
 	answered := make(chan int, 1)
 	go func() {
 		code, _ := ha.tenant()
@@ -226,11 +216,11 @@ func TestClaim_HeldVMWhosePolicyFailsAfterTheAnswerIsRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the claim is answered before SetEgress runs: %v", err)
 	}
-	waitFor(t, "the sandbox to be removed", func() bool {
+	require.Eventually(t, func() bool {
 		_, err := tn.root.Get(bg, sb.ID)
 		return nodeapi.StatusOf(err) == http.StatusNotFound
-	})
-	waitFor(t, "its VM to be destroyed", func() bool { return d.Destroys.Load() > destroyed })
+	}, waitWithin, waitTick, "the sandbox to be removed")
+	require.Eventually(t, func() bool { return d.Destroys.Load() > destroyed }, waitWithin, waitTick, "its VM to be destroyed")
 	if ha.opens.Load() != 0 {
 		t.Fatal("the agent of a sandbox whose policy failed was opened")
 	}
@@ -252,7 +242,7 @@ func TestClaim_HeldVMClaimedJustBeforeTheNodeDiedIsOpenedByTheNextStart(t *testi
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "SetEgress to begin", func() bool { return d.entered.Load() == 1 })
+			require.Eventually(t, func() bool { return d.entered.Load() == 1 }, waitWithin, waitTick, "SetEgress to begin")
 			tn.crash() // its SetEgress ends with the node's context, unfinished
 			if d.enforced.Load() != 0 || ha.opens.Load() != 0 {
 				t.Fatal("the claim was opened before the crash: the test proves nothing")
@@ -355,7 +345,7 @@ func TestResume_AHeldVMWhosePolicyFailsAfterARestartStaysPausedForARetry(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the claim's opening", func() bool { return ha.opens.Load() == 1 })
+	require.Eventually(t, func() bool { return ha.opens.Load() == 1 }, waitWithin, waitTick, "the claim's opening")
 	noMemory := false
 	if err := tn.root.PauseWith(bg, sb.ID, nodeapi.PauseRequest{Memory: &noMemory}); err != nil {
 		t.Fatal(err)

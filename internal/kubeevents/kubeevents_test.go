@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes/fake"
@@ -21,18 +22,6 @@ func pool(name string) *unstructured.Unstructured {
 	return u
 }
 
-// eventually polls cond until it holds or 10s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // A repeat of an event is one series: 100 isomorphic events cost two
 // writes (the event, then the series' start), never one each.
 func TestRecorder_RepeatsBecomeOneSeries(t *testing.T) {
@@ -46,7 +35,7 @@ func TestRecorder_RepeatsBecomeOneSeries(t *testing.T) {
 	for range 100 {
 		r.Eventf(obj, Warning, "BootFailed", "Boot", "node %s cannot boot: %s", "n1", "pull img:1: not found")
 	}
-	eventually(t, "two writes", func() bool { return r.Writes() >= 2 })
+	require.Eventually(t, func() bool { return r.Writes() >= 2 }, 30*time.Second, 5*time.Millisecond, "two writes")
 	l, err := cs.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
 	if err != nil || len(l.Items) != 1 {
 		t.Fatalf("events: %d, %v; want 1", len(l.Items), err)
@@ -76,7 +65,7 @@ func TestRecorder_SpamFilterBoundsWritesPerObject(t *testing.T) {
 		r.Eventf(a, Normal, fmt.Sprintf("Reason%d", i), "Fill", "distinct")
 	}
 	r.Eventf(b, Normal, "FillStarted", "Fill", "b")
-	eventually(t, fmt.Sprintf("six writes (have %d)", r.Writes()), func() bool { return r.Writes() >= 6 })
+	require.Eventually(t, func() bool { return r.Writes() >= 6 }, 30*time.Second, 5*time.Millisecond, "six writes")
 	time.Sleep(100 * time.Millisecond) // a bounded window for a wrong extra write
 	if w := r.Writes(); w != 6 {
 		t.Fatalf("writes %d, want 6 (5 of a's 20, 1 of b)", w)
