@@ -92,6 +92,7 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/agentapi"
+	"github.com/hearthvm/hearth/internal/osthread"
 	"github.com/hearthvm/hearth/internal/serve"
 )
 
@@ -342,7 +343,16 @@ func (a *agent) writeRunFile(name, value string) {
 }
 
 // Main is cmd/sandbox-agent: it parses args and runs until SIGTERM/SIGINT.
+// reservedThreads is how many OS threads the agent starts up front
+// (osthread.Reserve): it then needs a new one only when more than about
+// that many of its goroutines are in a blocking system call at once
+// (each running process's wait is one).
+const reservedThreads = 32
+
 func Main(args []string) int {
+	// The guest's processes share the agent's task budget: a fork storm
+	// fills it, and the Go runtime dies when it cannot start a thread.
+	osthread.Reserve(reservedThreads)
 	fs := flag.NewFlagSet("sandbox-agent", flag.ContinueOnError)
 	var o Options
 	var env string

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/hearthvm/hearth/internal/osthread"
 	"golang.org/x/sys/unix"
 )
 
@@ -89,7 +90,15 @@ func init() {
 // root (proc, a minimal /dev, /.hearth with the token and the agent), pivots
 // into it, starts the agent in a new user namespace (root there is the host
 // uid UIDBase), drops its privileges and reaps children until the agent exits.
+// initReservedThreads is how many OS threads the VM's init starts up
+// front (osthread.Reserve).
+const initReservedThreads = 8
+
 func runInit() error {
+	// The guest's processes share the VM's pids.max with this init: a
+	// fork storm fills it, and the Go runtime dies when it cannot start a
+	// thread (and the VM with its pid 1). Its few goroutines need few.
+	osthread.Reserve(initReservedThreads)
 	// No descriptor the driver inherited from its own parent may reach the
 	// guest: everything past stdio is close-on-exec from here on. (fd 4 is
 	// the write end of the VM's life pipe, kept for the init's lifetime.)
