@@ -12,9 +12,17 @@ import (
 )
 
 // DefaultHTTPClient is shared by clients that are not given one: no proxy
-// (an agent's address is the node's own way into the guest) and a few idle
-// connections per agent. It sets no timeout: a call's context bounds it.
-var DefaultHTTPClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second}}
+// (an agent's address is the node's own way into the guest), a few idle
+// connections per agent, and no redirect followed (NoRedirect). It sets
+// no timeout: a call's context bounds it.
+var DefaultHTTPClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second}, CheckRedirect: NoRedirect}
+
+// NoRedirect is the CheckRedirect of every client that speaks to an
+// agent: a redirect is its answer, never followed. The agent is the
+// guest's: a caller on the host that followed it would send a request
+// (with the agent's token) wherever the guest pointed, from the host's
+// network and past the sandbox's egress policy.
+func NoRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // maxMessage bounds the part of an error answer kept in HTTPError.
 const maxMessage = 4 << 10
@@ -28,7 +36,8 @@ type Client struct {
 	// Token is the agent's current access token, sent in
 	// AccessTokenHeader when non-empty.
 	Token string
-	// HTTP defaults to DefaultHTTPClient.
+	// HTTP defaults to DefaultHTTPClient. Its CheckRedirect is ignored:
+	// the client follows no redirect (NoRedirect).
 	HTTP *http.Client
 }
 
@@ -83,12 +92,15 @@ func (c *Client) SetIdentity(ctx context.Context, token string) error {
 	return c.do(ctx, IdentityPath, "", httpjson.Call{Method: http.MethodPost, In: IdentityRequest{Token: token}})
 }
 
-// httpClient is c.HTTP, or DefaultHTTPClient when it is nil.
+// httpClient is c.HTTP following no redirect (NoRedirect, whatever its
+// own CheckRedirect), or DefaultHTTPClient when it is nil.
 func (c *Client) httpClient() *http.Client {
-	if c.HTTP != nil {
-		return c.HTTP
+	if c.HTTP == nil {
+		return DefaultHTTPClient
 	}
-	return DefaultHTTPClient
+	hc := *c.HTTP
+	hc.CheckRedirect = NoRedirect
+	return &hc
 }
 
 // do sends call to route (with query, when it is not empty) and the

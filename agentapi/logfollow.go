@@ -103,7 +103,7 @@ func (s *LogStream) Close() error { return s.body.Close() }
 // MaxLogFollowers).
 func (c *Client) FollowLogs(ctx context.Context, q LogsQuery) (*LogStream, error) {
 	hc := c.httpClient()
-	stream := &http.Client{Transport: hc.Transport, CheckRedirect: hc.CheckRedirect}
+	stream := &http.Client{Transport: hc.Transport, CheckRedirect: NoRedirect}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+LogsPath+"?"+FollowValues(q).Encode(), nil)
 	if err != nil {
 		return nil, err

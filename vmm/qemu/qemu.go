@@ -110,6 +110,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hearthvm/hearth/agentapi"
 	"github.com/hearthvm/hearth/egress"
 	"github.com/hearthvm/hearth/vmm"
 	"github.com/hearthvm/hearth/vmm/internal/uds"
@@ -256,7 +257,7 @@ func New(o Options) (*Driver, error) {
 		return nil, err
 	}
 	o.Root = root
-	d := &Driver{o: o, locks: map[string]*sync.Mutex{}, egress: map[string]*egressVM{}, hostDNS: hostDNS(), httpc: &http.Client{Timeout: 5 * time.Second}}
+	d := &Driver{o: o, locks: map[string]*sync.Mutex{}, egress: map[string]*egressVM{}, hostDNS: hostDNS(), httpc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}, CheckRedirect: agentapi.NoRedirect}}
 	if o.Accel != "auto" {
 		d.accel = o.Accel
 	}

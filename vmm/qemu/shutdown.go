@@ -106,7 +106,7 @@ func syncGuest(ctx context.Context, addr, token string) error {
 	req.Header.Set("Content-Type", "application/connect+json")
 	req.Header.Set(agentapi.AccessTokenHeader, token)
 	req.SetBasicAuth("root", "")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := agentapi.DefaultHTTPClient.Do(req) // no proxy, no redirect: the guest answers
 	if err != nil {
 		return err
 	}
