@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,8 +36,16 @@ type slowEnforcer struct {
 	mu       sync.Mutex
 	gate     chan struct{} // non-nil: SetEgress waits for it to close
 	failing  atomic.Bool
-	entered  atomic.Int32 // SetEgress calls begun
-	enforced atomic.Int32 // SetEgress calls that succeeded
+	entered  atomic.Int32     // SetEgress calls begun
+	enforced atomic.Int32     // SetEgress calls that succeeded
+	cloned   []*egress.Policy // each Clone's spec.Egress (under mu)
+}
+
+func (d *slowEnforcer) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Handle, error) {
+	d.mu.Lock()
+	d.cloned = append(d.cloned, spec.Egress)
+	d.mu.Unlock()
+	return d.Driver.Clone(ctx, dir, spec)
 }
 
 var errEnforce = errors.New("slowEnforcer: injected SetEgress failure")
@@ -370,5 +379,41 @@ func TestResume_AHeldVMWhosePolicyFailsAfterARestartStaysPausedForARetry(t *test
 	}
 	if got, _ := tn.root.Get(bg, sb.ID); got.Paused || ha.opens.Load() != 2 {
 		t.Fatalf("after the retry: paused %v, opens %d; want running, opened again", got.Paused, ha.opens.Load())
+	}
+}
+
+// TestFork_ClonesStartUnderTheSandboxsOwnPolicy: a fork's children are
+// started by the driver with their parent's claim policy, not their pool's
+// — a clone of a running VM's checkpoint (qemu) resumes open, with the
+// tenant's processes running, so a pool policy (allow-all on e2b's egress
+// lane) at its start would let them reach anything until SetEgress.
+func TestFork_ClonesStartUnderTheSandboxsOwnPolicy(t *testing.T) {
+	tn, d, ha := heldNode(t, t.TempDir())
+	sb, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", Net: "egress", Egress: denyAll()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	require.Eventually(t, func() bool { return ha.opens.Load() == 1 }, waitWithin, waitTick, "the claim's opening")
+	kids, err := tn.root.Fork(bg, sb.ID, nodeapi.ForkRequest{Count: 2})
+	if err != nil || len(kids) != 2 {
+		t.Fatalf("fork: %v %v", kids, err)
+	}
+	// The pool's own refills are clones too: under the pool's policy
+	// (none here).
+	d.mu.Lock()
+	var cloned []*egress.Policy
+	for _, p := range d.cloned {
+		if p != nil {
+			cloned = append(cloned, p)
+		}
+	}
+	d.mu.Unlock()
+	if len(cloned) != 2 {
+		t.Fatalf("%d clones started under a policy, want the 2 children", len(cloned))
+	}
+	for i, p := range cloned {
+		if !reflect.DeepEqual(p, denyAll()) {
+			t.Fatalf("clone %d started under %+v, want the parent's claim policy %+v", i, p, denyAll())
+		}
 	}
 }

@@ -38,12 +38,16 @@ func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Hand
 		return vmm.Handle{}, err
 	}
 	full := man.Spec
-	full.ID, full.Token, full.Egress, full.Hold = spec.ID, spec.Token, spec.Egress, spec.Hold
+	// A clone holds only if the checkpoint's agent was started held: an
+	// agent older than --hold has no opening to wait for, and the node
+	// then enforces before it answers, as for any VM that does not hold.
+	hold := spec.Hold && man.Spec.Hold
+	full.ID, full.Token, full.Egress, full.Hold = spec.ID, spec.Token, spec.Egress, hold
 	if spec.Net != "" {
 		full.Net = spec.Net
 	}
 	rec := record{Spec: full, Machine: man.Machine, Restrict: full.Net != "egress"}
-	rec.Handle = vmm.Handle{ID: spec.ID, Backend: Backend, Dir: vdir, Token: man.Token, Hold: spec.Hold}
+	rec.Handle = vmm.Handle{ID: spec.ID, Backend: Backend, Dir: vdir, Token: man.Token, Hold: hold}
 	if man.Memory == "file" {
 		rec.MemPath = filepath.Join(dir, "mem")
 	}
