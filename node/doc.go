@@ -71,7 +71,7 @@
 // lifecycle events (claimed, paused, resumed, forked, snapshot taken,
 // lease expired, restored, restore failed, OOM-killed; a repeat of the
 // newest counts on it), written by the change each describes (no write of
-// their own on the claim path; an OOM kill is one write by the health
+// their own on the claim path; an OOM kill is one write by the OOM
 // sweep that read the driver's grown count, vmm.OOMCounter: oom.go),
 // surviving restarts, and rendered only on lookups (by id, by claim ref).
 // With Config.Events (a Kubernetes client: sandboxd --kubeconfig,

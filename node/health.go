@@ -131,14 +131,13 @@ func planEvictions(probes []warmProbe, warm map[string]bool, strikes map[string]
 	return evict, next
 }
 
-// warmCheckLoop runs the sweep (warm VMs, then claimed sandboxes, then
-// their OOM kills: oom.go) every WarmCheckInterval until ctx ends.
+// warmCheckLoop runs the sweep (warm VMs, then claimed sandboxes) every
+// WarmCheckInterval until ctx ends.
 func (n *Node) warmCheckLoop(ctx context.Context) {
 	t := time.NewTicker(n.cfg.WarmCheckInterval)
 	defer t.Stop()
 	strikes := map[string]int{}
 	claimed := map[string]claimHealth{}
-	var oom oomCounts
 	for {
 		select {
 		case <-ctx.Done():
@@ -147,6 +146,26 @@ func (n *Node) warmCheckLoop(ctx context.Context) {
 		}
 		strikes = n.sweepWarm(ctx, strikes)
 		claimed = n.sweepClaimed(ctx, claimed)
+	}
+}
+
+// oomLoop reads the claimed sandboxes' OOM kills (oom.go) every
+// WarmCheckInterval until ctx ends: a loop of its own, since the count is
+// the guest's answer and a guest that takes its time to give it must not
+// delay the health sweep of every other sandbox on the node.
+func (n *Node) oomLoop(ctx context.Context) {
+	if _, ok := n.driver.(vmm.OOMCounter); !ok {
+		return
+	}
+	t := time.NewTicker(n.cfg.WarmCheckInterval)
+	defer t.Stop()
+	var oom oomCounts
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 		oom = n.sweepOOM(ctx, oom)
 	}
 }

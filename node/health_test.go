@@ -1,14 +1,17 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -463,4 +466,47 @@ func TestMetrics_CountRequestsByRouteAndCode(t *testing.T) {
 			t.Fatalf("metrics lack %s:\n%s", want, grepLines(body, "hearth_node_http_requests_total"))
 		}
 	}
+}
+
+// stallingOOM is an in-memory driver whose OOM count (vmm.OOMCounter) is
+// a guest that never answers: each call waits until its context ends.
+type stallingOOM struct {
+	*vmmtest.Driver
+	asked atomic.Int32
+}
+
+func (d *stallingOOM) OOMKills(ctx context.Context, _ vmm.Handle) (uint64, error) {
+	d.asked.Add(1)
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestSweep_AGuestThatStallsItsOOMCountDelaysNoHealthProbe: the OOM count
+// is the guest's answer (qemu asks its agent); a guest that never gives it
+// must not hold up the health sweep that probes every other VM on the node
+// and restores the claimed ones whose agent died — the OOM sweep is a loop
+// of its own. (It was the sweep's last step: while a guest stalled, no VM
+// on the node was probed.)
+func TestSweep_AGuestThatStallsItsOOMCountDelaysNoHealthProbe(t *testing.T) {
+	var probes atomic.Int64
+	ag := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			probes.Add(1)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer ag.Close()
+	d := &stallingOOM{Driver: vmmtest.New(vmmtest.Options{Addr: strings.TrimPrefix(ag.URL, "http://")})}
+	tn := runNode(t, Config{Name: "n1", DataDir: t.TempDir(), Driver: d, RootToken: testRoot, WarmCheckInterval: 20 * time.Millisecond})
+	if _, err := tn.root.PutPools(bg, []nodeapi.PoolSpec{{Template: "img", Net: "none", Warm: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	tn.waitWarm(t, "img", 1)
+	if _, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img"}); err != nil {
+		t.Fatal(err)
+	}
+	require.Eventually(t, func() bool { return d.asked.Load() > 0 }, waitWithin, waitTick, "the OOM sweep to ask the guest")
+	before := probes.Load()
+	require.Eventually(t, func() bool { return probes.Load() >= before+10 }, waitWithin, waitTick,
+		"the health sweep to go on probing while a guest's OOM count stalls")
 }

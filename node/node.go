@@ -423,8 +423,9 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() { defer n.loops.Done(); n.reapLoop(ctx) }()
 	go func() { defer n.loops.Done(); n.publishLoop(ctx) }()
 	if n.cfg.WarmCheckInterval > 0 {
-		n.loops.Add(1)
+		n.loops.Add(2)
 		go func() { defer n.loops.Done(); n.warmCheckLoop(ctx) }()
+		go func() { defer n.loops.Done(); n.oomLoop(ctx) }()
 	}
 	n.log.Info("Node running", "address", n.cfg.AdvertiseAddress, "vmm", n.driver.Name(), "dataDir", n.dirs.data)
 	<-ctx.Done()

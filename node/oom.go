@@ -12,8 +12,9 @@ import (
 	"github.com/hearthvm/hearth/vmm"
 )
 
-// OOM kills: after probing, every sweep reads the OOM kill count
-// (vmm.OOMCounter) of each claimed, non-paused sandbox and, when it grew
+// OOM kills: a sweep of its own (oomLoop, at the health sweep's cadence
+// and never delaying it: the count may be the guest's answer) reads the
+// OOM kill count (vmm.OOMCounter) of each claimed, non-paused sandbox and, when it grew
 // since the count the sweep holds for it, records a Warning OOMKilled
 // event ("N processes killed for memory (limit X MiB)") with one write
 // (note). The counts are kept in memory only: a sandbox the node held at
