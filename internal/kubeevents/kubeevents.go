@@ -19,6 +19,8 @@ package kubeevents
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +35,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/lru"
 )
 
 // Event types.
@@ -48,8 +51,14 @@ const (
 )
 
 // maxTracked bounds the objects the spam filter remembers; past it the
-// filter starts over (every object gets its burst again).
+// one written to least recently is forgotten (a released sandbox's, on a
+// busy node), and would get its burst again.
 const maxTracked = 4096
+
+// MaxNote is the longest note events.k8s.io/v1 accepts (its validation's
+// 1 KiB): a longer one would make the API server refuse the event, lost;
+// Eventf cuts it to this, at a character's boundary.
+const MaxNote = 1024
 
 // Recorder records events for one controller. The zero value and nil
 // record nothing.
@@ -59,7 +68,7 @@ type Recorder struct {
 	writes *atomic.Int64
 
 	mu     sync.Mutex
-	limits map[string]flowcontrol.RateLimiter
+	limits *lru.Cache // key → flowcontrol.RateLimiter
 	burst  int
 	every  time.Duration
 }
@@ -77,7 +86,7 @@ func New(ctx context.Context, cfg *rest.Config, controller string) (*Recorder, e
 
 // NewForSink is New over any events.k8s.io/v1 client (a fake in tests).
 func NewForSink(ctx context.Context, c typedeventsv1.EventsV1Interface, controller string) *Recorder {
-	r := &Recorder{writes: new(atomic.Int64), limits: map[string]flowcontrol.RateLimiter{}, burst: Burst, every: Every}
+	r := &Recorder{writes: new(atomic.Int64), limits: lru.New(maxTracked), burst: Burst, every: Every}
 	b := events.NewBroadcaster(&countingSink{EventSinkImpl: events.EventSinkImpl{Interface: c}, writes: r.writes})
 	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
 		klog.ErrorS(err, "Events: cannot start recording", "controller", controller)
@@ -97,7 +106,11 @@ func (r *Recorder) Eventf(obj runtime.Object, eventtype, reason, action, note st
 		klog.V(2).InfoS("Events: dropped by the spam filter", "reason", reason)
 		return
 	}
-	r.rec.Eventf(obj, nil, eventtype, reason, action, note, args...)
+	msg := fmt.Sprintf(note, args...)
+	if len(msg) > MaxNote {
+		msg = strings.ToValidUTF8(msg[:MaxNote], "") // a rune cut in two is dropped
+	}
+	r.rec.Eventf(obj, nil, eventtype, reason, action, "%s", msg)
 }
 
 // allow is the spam filter: a token bucket per regarding object.
@@ -109,14 +122,11 @@ func (r *Recorder) allow(obj runtime.Object) bool {
 	key := obj.GetObjectKind().GroupVersionKind().Kind + "/" + m.GetNamespace() + "/" + m.GetName() + "/" + string(m.GetUID())
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l := r.limits[key]
-	if l == nil {
-		if len(r.limits) >= maxTracked {
-			clear(r.limits)
-		}
-		l = flowcontrol.NewTokenBucketRateLimiter(float32(1/r.every.Seconds()), r.burst)
-		r.limits[key] = l
+	if l, ok := r.limits.Get(key); ok {
+		return l.(flowcontrol.RateLimiter).TryAccept()
 	}
+	l := flowcontrol.NewTokenBucketRateLimiter(float32(1/r.every.Seconds()), r.burst)
+	r.limits.Add(key, l)
 	return l.TryAccept()
 }
 
