@@ -23,7 +23,9 @@ import (
 // ends it, the node closes, or the sandbox is paused or released — the
 // node learns both from its own change stream (hub), so a follower never
 // waits on a frozen VM. At most maxLogFollowsPerSandbox follows of one
-// sandbox and maxLogFollows on the node at once: one more is a 429.
+// sandbox, maxLogFollowsPerNamespace of one namespace's sandboxes (a
+// reader of one namespace cannot take every follow of the node) and
+// maxLogFollows on the node at once: one more is a 429.
 
 const (
 	// maxLogFollows bounds the follows one node serves at once.
@@ -32,6 +34,9 @@ const (
 	// bound (agentapi.MaxLogFollowers), so that a follow just ended and
 	// not yet counted out by the agent does not refuse the next.
 	maxLogFollowsPerSandbox = agentapi.MaxLogFollowers / 2
+	// maxLogFollowsPerNamespace bounds the follows of the sandboxes of
+	// one namespace (their claim refs') on one node.
+	maxLogFollowsPerNamespace = maxLogFollows / 4
 	// logFollowWrite bounds each write of a followed log.
 	logFollowWrite = 30 * time.Second
 )
@@ -40,33 +45,41 @@ const (
 type logFollows struct {
 	mu    sync.Mutex
 	total int
-	by    map[string]int
+	by    map[string]int // by sandbox id
+	byNS  map[string]int // by namespace
 }
 
-// admit counts in a follow of sandbox id, or refuses it (429).
-func (f *logFollows) admit(id string) error {
+// admit counts in a follow of sandbox id of namespace ns, or refuses it
+// (429).
+func (f *logFollows) admit(id, ns string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
 	case f.total >= maxLogFollows:
 		return errorf(http.StatusTooManyRequests, "this node follows %d sandbox logs already, its bound: retry later", maxLogFollows)
+	case f.byNS[ns] >= maxLogFollowsPerNamespace:
+		return errorf(http.StatusTooManyRequests, "this node follows %d logs of namespace %s's sandboxes already, its bound: retry later", maxLogFollowsPerNamespace, ns)
 	case f.by[id] >= maxLogFollowsPerSandbox:
 		return errorf(http.StatusTooManyRequests, "sandbox %s's log has %d followers already, its bound: retry later", id, maxLogFollowsPerSandbox)
 	}
 	if f.by == nil {
-		f.by = map[string]int{}
+		f.by, f.byNS = map[string]int{}, map[string]int{}
 	}
 	f.total++
 	f.by[id]++
+	f.byNS[ns]++
 	return nil
 }
 
-func (f *logFollows) leave(id string) {
+func (f *logFollows) leave(id, ns string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.total--
 	if f.by[id]--; f.by[id] <= 0 {
 		delete(f.by, id)
+	}
+	if f.byNS[ns]--; f.byNS[ns] <= 0 {
+		delete(f.byNS, ns)
 	}
 }
 
@@ -101,16 +114,16 @@ func (n *Node) endFollowWhenStopped(ctx context.Context, id string, stop context
 
 // followLogs serves GET /v1/sandboxes/{id}/logs?follow=true.
 func (n *Node) followLogs(w http.ResponseWriter, r *http.Request, id string, q agentapi.LogsQuery) {
-	if err := n.follows.admit(id); err != nil {
-		writeErr(w, err)
-		return
-	}
-	defer n.follows.leave(id)
-	c, err := n.logAgent(id)
+	c, ns, err := n.logAgent(id)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	if err := n.follows.admit(id, ns); err != nil {
+		writeErr(w, err)
+		return
+	}
+	defer n.follows.leave(id, ns)
 	ctx, stop := context.WithCancel(r.Context())
 	defer stop()
 	go n.endFollowWhenStopped(ctx, id, stop)

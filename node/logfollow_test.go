@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -102,5 +103,48 @@ func TestLogs_FollowStreamsOverHTTPUntilThePause(t *testing.T) {
 			t.Fatalf("%d follows still counted", tn.follows.followCount())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestLogFollows_BoundsPerSandboxPerNamespaceAndNode: the node's follow
+// admission — past a sandbox's bound its next follow is a 429, past a
+// namespace's bound every follow of that namespace's sandboxes is (so a
+// reader of one namespace, following each of its many sandboxes, cannot
+// take the node's every follow), another namespace's still pass, and past
+// the node's bound nothing does; a follow that ends frees its place.
+func TestLogFollows_BoundsPerSandboxPerNamespaceAndNode(t *testing.T) {
+	var f logFollows
+	status := statusOf
+	for range maxLogFollowsPerSandbox {
+		if err := f.admit("sb_a", "team-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := status(f.admit("sb_a", "team-a")); got != http.StatusTooManyRequests {
+		t.Fatalf("past the sandbox's bound: %d, want 429", got)
+	}
+	for i := maxLogFollowsPerSandbox; i < maxLogFollowsPerNamespace; i++ {
+		if err := f.admit(fmt.Sprintf("sb_a%d", i), "team-a"); err != nil {
+			t.Fatalf("follow %d of team-a: %v", i, err)
+		}
+	}
+	if got := status(f.admit("sb_new", "team-a")); got != http.StatusTooManyRequests {
+		t.Fatalf("past the namespace's bound: %d, want 429", got)
+	}
+	for i := maxLogFollowsPerNamespace; i < maxLogFollows; i++ {
+		ns := fmt.Sprintf("team-%d", i/maxLogFollowsPerNamespace)
+		if err := f.admit(fmt.Sprintf("sb_%d", i), ns); err != nil {
+			t.Fatalf("follow %d of %s: %v", i, ns, err)
+		}
+	}
+	if got := status(f.admit("sb_z", "team-z")); got != http.StatusTooManyRequests {
+		t.Fatalf("past the node's bound: %d, want 429", got)
+	}
+	f.leave("sb_a", "team-a")
+	if err := f.admit("sb_new", "team-a"); err != nil {
+		t.Fatalf("a follow that ended did not free its place: %v", err)
+	}
+	if f.followCount() != maxLogFollows {
+		t.Fatalf("%d follows counted, want %d", f.followCount(), maxLogFollows)
 	}
 }

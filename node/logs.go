@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hearthvm/hearth/agentapi"
+	"github.com/hearthvm/hearth/inventory"
 )
 
 // agentLogsTimeout bounds the node's call for a sandbox's log.
@@ -16,7 +17,7 @@ const agentLogsTimeout = 5 * time.Second
 // keeps none. A paused sandbox is a 409 (its agent does not run), an agent
 // that does not answer a 502.
 func (n *Node) logs(ctx context.Context, id string, q agentapi.LogsQuery) (agentapi.Logs, error) {
-	c, err := n.logAgent(id)
+	c, _, err := n.logAgent(id)
 	if err != nil {
 		return agentapi.Logs{}, err
 	}
@@ -34,21 +35,22 @@ func (n *Node) logs(ctx context.Context, id string, q agentapi.LogsQuery) (agent
 	return l, nil
 }
 
-// logAgent is the client of sandbox id's agent, for its log: a paused
-// sandbox is a 409 (its agent does not run).
-func (n *Node) logAgent(id string) (agentapi.Client, error) {
-	var c agentapi.Client
-	err := n.withSandbox(id, func(sb *sandbox) error {
+// logAgent is the client of sandbox id's agent, for its log, and the
+// namespace of its claim ref ("default" without one): a paused sandbox is
+// a 409 (its agent does not run).
+func (n *Node) logAgent(id string) (c agentapi.Client, namespace string, err error) {
+	err = n.withSandbox(id, func(sb *sandbox) error {
 		n.mu.Lock()
-		h, paused := sb.rec.Handle, sb.rec.Paused
+		h, paused, ref := sb.rec.Handle, sb.rec.Paused, sb.rec.ClaimRef
 		n.mu.Unlock()
 		if paused {
 			return errorf(http.StatusConflict, "sandbox %s is paused: its log is kept by its agent, which does not run until it is resumed", id)
 		}
 		c = agentapi.Client{Addr: h.Addr, Token: h.Token}
+		namespace, _ = inventory.SplitName(ref)
 		return nil
 	})
-	return c, err
+	return c, namespace, err
 }
 
 // handleLogs serves GET /v1/sandboxes/{id}/logs (nodeapi.Client.Logs);
