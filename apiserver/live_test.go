@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -159,28 +160,47 @@ func TestLiveWatch_KubectlGetWatchPrintsEachSandboxOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+	kctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(kctx, "kubectl", "--kubeconfig", s.Kubeconfig, "get", "sandboxes", "-w", "-o", "name")
 	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+t.TempDir())
+	var mu sync.Mutex
 	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+	w := writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return out.Write(p)
+	})
+	printed := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return out.String()
+	}
+	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second) // kubectl lists and watches
+	// The list printed (kubectl then watches from its resourceVersion, so
+	// a create after it arrives as an event however late the watch starts).
+	fleettest.Eventually(t, 30*time.Second, func() bool {
+		p := printed()
+		return strings.Contains(p, "/one") && strings.Contains(p, "/two")
+	}, "kubectl get -w never listed: %q", printed())
 	if _, err := sandboxes(s, "default").Create(ctx, sandboxObj("three", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	fleettest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(printed(), "/three") }, "kubectl get -w never printed three: %q", printed())
+	time.Sleep(200 * time.Millisecond) // a bounded window for a wrong repeat (a negative check)
+	cancel()
 	_ = cmd.Wait()
-	lines := strings.Fields(out.String())
+	lines := strings.Fields(printed())
 	count := map[string]int{}
 	for _, l := range lines {
 		count[l]++
 	}
 	for _, n := range []string{"one", "two", "three"} {
 		if count["sandbox.agents.x-k8s.io/"+n] != 1 {
-			t.Fatalf("kubectl get -w printed %s %d times:\n%s", n, count["sandbox.agents.x-k8s.io/"+n], out.String())
+			t.Fatalf("kubectl get -w printed %s %d times:\n%s", n, count["sandbox.agents.x-k8s.io/"+n], printed())
 		}
 	}
 }
@@ -437,3 +457,8 @@ func TestLiveWatch_PinnedFromAnUnknownRevisionOpensWithTheState(t *testing.T) {
 		t.Fatalf("unpinned watch from an unknown revision: %v, want 410", err)
 	}
 }
+
+// writerFunc is an io.Writer of a function.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

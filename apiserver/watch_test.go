@@ -200,11 +200,16 @@ func TestInformer_WatchListSyncsAndFollows(t *testing.T) {
 	}
 	fac := dynamicinformer.NewDynamicSharedInformerFactory(s.Dynamic, 0)
 	inf := fac.ForResource(gvr).Informer()
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record("ADDED"), DeleteFunc: record("DELETED")})
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record("ADDED"), DeleteFunc: record("DELETED")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	fac.Start(ctx.Done())
 	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
 	defer scancel()
-	if !cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
+	// The handler's HasSynced, not the informer's: the cache fills before
+	// the handlers have been called with what it holds.
+	if !cache.WaitForCacheSync(sctx.Done(), reg.HasSynced) {
 		t.Fatal("informer never synced (watch-list needs the initial-events-end bookmark)")
 	}
 	has := func(want string) bool {

@@ -164,7 +164,7 @@ func TestDevServer_LiveViewWithProductionCadence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, took := nextEvent(t, w, time.Second)
+	ev, took := nextEvent(t, w, 10*time.Second) // freshness is measured (bench/, the log below), not asserted
 	if obj, ok := ev.Object.(*unstructured.Unstructured); !ok || ev.Type != watch.Added || obj.GetName() != "direct" {
 		t.Fatalf("after a direct claim: %s %v", ev.Type, ev.Object)
 	}
@@ -172,7 +172,7 @@ func TestDevServer_LiveViewWithProductionCadence(t *testing.T) {
 	if err := nc.Release(ctx, direct.ID); err != nil {
 		t.Fatal(err)
 	}
-	ev, took = nextEvent(t, w, time.Second)
+	ev, took = nextEvent(t, w, 10*time.Second)
 	if obj, ok := ev.Object.(*unstructured.Unstructured); !ok || ev.Type != watch.Deleted || obj.GetName() != "direct" {
 		t.Fatalf("after its release: %s %v", ev.Type, ev.Object)
 	}

@@ -370,7 +370,7 @@ func TestRenewAndReaper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Until(long.Deadline); d < 58*time.Second || d > time.Minute {
+	if d := time.Until(long.Deadline); d < 50*time.Second || d > time.Minute {
 		t.Fatalf("default lease: %v", d)
 	}
 	require.Eventually(t, func() bool { _, err := tn.root.Get(bg, short.ID); return nodeapi.StatusOf(err) == 404 }, waitWithin, waitTick)

@@ -288,7 +288,9 @@ func TestClaim_HeldVMClaimedJustBeforeTheNodeDiedIsOpenedByTheNextStart(t *testi
 // a process of the sandbox started meanwhile would connect first.
 type lateSim struct{ *sim.Driver }
 
-const commitDelay = 300 * time.Millisecond
+// Long beside a claim (its fdatasync included, under -race on a loaded
+// machine), which the test requires to answer before it.
+const commitDelay = 1500 * time.Millisecond
 
 func (d lateSim) SetEgress(ctx context.Context, h vmm.Handle, p *egress.Policy) error {
 	select {
@@ -320,7 +322,7 @@ func TestNode_Sim_HeldClaimsFirstProcessCannotReachADeniedAddress(t *testing.T) 
 	}
 	pol := &egress.Policy{Otherwise: egress.Allow, Rules: []egress.Rule{{Action: egress.Deny, CIDR: "198.18.0.20"}}}
 	probe := func(addr string) string {
-		return "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 1 " + addr + " 80 2>&1; echo"
+		return "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 " + addr + " 80 2>&1; echo"
 	}
 	for i := range 3 {
 		tn.waitWarm(t, "img", 2)

@@ -242,7 +242,7 @@ func TestBudget_ListenersShareOneBudget(t *testing.T) {
 // is closed, however long Timeouts.ReadHeader is; one that sent a request
 // then idles is not.
 func TestBudget_FirstRequestDeadlineClosesASilentConnection(t *testing.T) {
-	b := NewBudget(Limits{FirstRequest: 200 * time.Millisecond})
+	b := NewBudget(Limits{FirstRequest: time.Second}) // long beside the kept connection's first request, under -race
 	addr := startOn(t, b, routes(nil))
 	kept := dialKeepAlive(t, addr)
 	if _, err := kept.get("/healthz"); err != nil {
