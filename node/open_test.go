@@ -36,14 +36,14 @@ type slowEnforcer struct {
 	mu       sync.Mutex
 	gate     chan struct{} // non-nil: SetEgress waits for it to close
 	failing  atomic.Bool
-	entered  atomic.Int32     // SetEgress calls begun
-	enforced atomic.Int32     // SetEgress calls that succeeded
-	cloned   []*egress.Policy // each Clone's spec.Egress (under mu)
+	entered  atomic.Int32 // SetEgress calls begun
+	enforced atomic.Int32 // SetEgress calls that succeeded
+	cloned   []vmm.Spec   // each Clone's spec (under mu)
 }
 
 func (d *slowEnforcer) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Handle, error) {
 	d.mu.Lock()
-	d.cloned = append(d.cloned, spec.Egress)
+	d.cloned = append(d.cloned, spec)
 	d.mu.Unlock()
 	return d.Driver.Clone(ctx, dir, spec)
 }
@@ -385,10 +385,12 @@ func TestResume_AHeldVMWhosePolicyFailsAfterARestartStaysPausedForARetry(t *test
 }
 
 // TestFork_ClonesStartUnderTheSandboxsOwnPolicy: a fork's children are
-// started by the driver with their parent's claim policy, not their pool's
-// — a clone of a running VM's checkpoint (qemu) resumes open, with the
-// tenant's processes running, so a pool policy (allow-all on e2b's egress
-// lane) at its start would let them reach anything until SetEgress.
+// cloned with their parent's claim policy for the driver to install before
+// the guest runs (vmm.Spec.ClaimEgress), beside — not instead of — their
+// pool's (Spec.Egress: both hold) — a clone of a running VM's checkpoint
+// (qemu) resumes open, with the tenant's processes running, so until
+// SetEgress they would be held to the pool's policy alone (allow-all on
+// e2b's egress lane).
 func TestFork_ClonesStartUnderTheSandboxsOwnPolicy(t *testing.T) {
 	tn, d, ha := heldNode(t, t.TempDir())
 	sb, err := tn.root.Claim(bg, nodeapi.ClaimRequest{Template: "img", Net: "egress", Egress: denyAll()})
@@ -400,22 +402,21 @@ func TestFork_ClonesStartUnderTheSandboxsOwnPolicy(t *testing.T) {
 	if err != nil || len(kids) != 2 {
 		t.Fatalf("fork: %v %v", kids, err)
 	}
-	// The pool's own refills are clones too: under the pool's policy
-	// (none here).
+	// The pool's own refills are clones too: with no claim policy.
 	d.mu.Lock()
-	var cloned []*egress.Policy
-	for _, p := range d.cloned {
-		if p != nil {
-			cloned = append(cloned, p)
+	var children []vmm.Spec
+	for _, s := range d.cloned {
+		if s.ClaimEgress != nil {
+			children = append(children, s)
 		}
 	}
 	d.mu.Unlock()
-	if len(cloned) != 2 {
-		t.Fatalf("%d clones started under a policy, want the 2 children", len(cloned))
+	if len(children) != 2 {
+		t.Fatalf("%d clones carried a claim policy, want the 2 children", len(children))
 	}
-	for i, p := range cloned {
-		if !reflect.DeepEqual(p, denyAll()) {
-			t.Fatalf("clone %d started under %+v, want the parent's claim policy %+v", i, p, denyAll())
+	for i, s := range children {
+		if !reflect.DeepEqual(s.ClaimEgress, denyAll()) || s.Egress != nil {
+			t.Fatalf("clone %d: claim policy %+v, pool policy %+v; want the parent's claim policy and the pool's (none)", i, s.ClaimEgress, s.Egress)
 		}
 	}
 }

@@ -462,17 +462,13 @@ func (n *Node) cloneN(ctx context.Context, dir string, k pool.Key, count int, tt
 	// made is destroyed below, so no error cancels the rest.
 	var g errgroup.Group
 	g.SetLimit(4)
-	// A clone starts under its sandbox's own policy, not its pool's: a
-	// clone of a running VM's checkpoint (qemu) resumes the guest as it
-	// was — its agent open, its processes running — so no hold covers
-	// the time before the SetEgress below.
-	startPol := poolPol
-	if pol != nil {
-		startPol = pol
-	}
 	for i := range count {
 		g.Go(func() error {
-			spec := vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken(), Egress: startPol, Hold: n.holds(k.Net)}
+			// ClaimEgress: a clone of a running VM's checkpoint (qemu)
+			// resumes the guest as it was — its agent open, its processes
+			// running — so no hold covers the time before the SetEgress
+			// below; the driver installs the sandbox's policy first.
+			spec := vmm.Spec{ID: "vm-" + randHex(8), Template: k.Template, Net: k.Net, Size: k.Size, Token: newToken(), Egress: poolPol, ClaimEgress: pol, Hold: n.holds(k.Net)}
 			errs[i] = n.driverCall(ctx, "Clone", vmm.Handle{ID: spec.ID}, func(ctx context.Context) (err error) { handles[i], err = n.driver.Clone(ctx, dir, spec); return err })
 			return nil
 		})

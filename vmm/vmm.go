@@ -42,6 +42,15 @@ type Spec struct {
 	// an EgressEnforcer installs as the VM boots; a claim's own policy
 	// (SetEgress) holds in addition to it.
 	Egress *egress.Policy
+	// ClaimEgress is, for a Clone that becomes a claimed sandbox (a
+	// fork's child, a snapshot claim's), that sandbox's own policy: an
+	// EgressEnforcer whose clones resume their checkpoint's running guest
+	// (qemu: the agent open, the tenant's processes running — no hold
+	// covers them) installs it with Egress before the guest runs, as
+	// SetEgress would; the node's SetEgress after the clone changes
+	// nothing then. A driver whose clones boot held (sim) may leave it to
+	// SetEgress. Boot ignores it.
+	ClaimEgress *egress.Policy
 	// Hold boots the agent holding every request but the node's until
 	// the node opens it (agentapi.OpenPath, agent.Options.Hold): the node
 	// asks it of the VMs of a lane where a claim's egress policy is

@@ -42,11 +42,19 @@ func (d *Driver) Clone(ctx context.Context, dir string, spec vmm.Spec) (vmm.Hand
 	// agent older than --hold has no opening to wait for, and the node
 	// then enforces before it answers, as for any VM that does not hold.
 	hold := spec.Hold && man.Spec.Hold
-	full.ID, full.Token, full.Egress, full.Hold = spec.ID, spec.Token, spec.Egress, hold
+	full.ID, full.Token, full.Egress, full.ClaimEgress, full.Hold = spec.ID, spec.Token, spec.Egress, nil, hold
 	if spec.Net != "" {
 		full.Net = spec.Net
 	}
-	rec := record{Spec: full, Machine: man.Machine, Restrict: full.Net != "egress"}
+	// The sandbox's own policy is in the filter before passt starts (as
+	// SetEgress records it: rec.Egress): the clone's guest resumes running.
+	rec := record{Spec: full, Machine: man.Machine, Restrict: full.Net != "egress", Egress: spec.ClaimEgress}
+	if full.Net == "egress" {
+		if err := d.checkPolicy(spec.ClaimEgress); err != nil {
+			_ = os.Remove(vdir)
+			return vmm.Handle{}, fmt.Errorf("qemu: %s: the claim's %w", spec.ID, err)
+		}
+	}
 	rec.Handle = vmm.Handle{ID: spec.ID, Backend: Backend, Dir: vdir, Token: man.Token, Hold: hold}
 	if man.Memory == "file" {
 		rec.MemPath = filepath.Join(dir, "mem")

@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ func TestEgress_GuestReachesOnlyWhatItsPolicyAllows(t *testing.T) {
 	if err := d.SetEgress(ctx, h, p); err != nil {
 		t.Fatal(err)
 	}
-	check := func(when string) {
+	check := func(when string, h vmm.Handle) {
 		t.Helper()
 		out, _, err := run(h.Addr, h.Token, "nslookup other.test 2>&1; echo; nslookup named.test 2>&1; true")
 		if err != nil {
@@ -66,14 +67,14 @@ func TestEgress_GuestReachesOnlyWhatItsPolicyAllows(t *testing.T) {
 			t.Errorf("%s: %s answered %d requests", when, other, hits)
 		}
 	}
-	check("claimed")
+	check("claimed", h)
 	if h, err = d.Stop(ctx, h); err != nil {
 		t.Fatal(err)
 	}
 	if h, err = d.Restore(ctx, h); err != nil {
 		t.Fatal(err)
 	}
-	check("restored")
+	check("restored", h)
 
 	// Names alone: no other name is answered, or even asked upstream.
 	asked := n.Asked("other.test")
@@ -94,4 +95,18 @@ func TestEgress_GuestReachesOnlyWhatItsPolicyAllows(t *testing.T) {
 	if got[allowed+":80"] != "closed" || got[named+":80"] != "open" {
 		t.Errorf("names only: %v, want %s closed and %s open", got, allowed, named)
 	}
+
+	// A clone of the running guest's checkpoint (a fork's child) resumes
+	// running: its claim policy (Spec.ClaimEgress) holds, with its pool's,
+	// before its guest does, with no SetEgress.
+	snap := filepath.Join(t.TempDir(), "ckpt")
+	if err := d.Snapshot(ctx, h, snap); err != nil {
+		t.Fatal(err)
+	}
+	c, err := d.Clone(ctx, snap, vmm.Spec{ID: "policed-clone", Net: "egress", Token: "tok-clone", Egress: pool, ClaimEgress: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	destroyOnCleanup(t, d, c)
+	check("cloned", c)
 }
