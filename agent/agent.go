@@ -343,16 +343,7 @@ func (a *agent) writeRunFile(name, value string) {
 }
 
 // Main is cmd/sandbox-agent: it parses args and runs until SIGTERM/SIGINT.
-// reservedThreads is how many OS threads the agent starts up front
-// (osthread.Reserve): it then needs a new one only when more than about
-// that many of its goroutines are in a blocking system call at once
-// (each running process's wait is one).
-const reservedThreads = 32
-
 func Main(args []string) int {
-	// The guest's processes share the agent's task budget: a fork storm
-	// fills it, and the Go runtime dies when it cannot start a thread.
-	osthread.Reserve(reservedThreads)
 	fs := flag.NewFlagSet("sandbox-agent", flag.ContinueOnError)
 	var o Options
 	var env string
@@ -368,8 +359,15 @@ func Main(args []string) int {
 	fs.StringVar(&o.OpenedFile, "opened-file", "", "file recording the node's opening and /init's env, read again when the agent restarts in the same boot")
 	fs.StringVar(&o.E2BRunDir, "e2b-run-dir", "/run/e2b", "envd's run directory (.E2B_SANDBOX, .E2B_SANDBOX_ID); empty: none")
 	tokenFile := fs.String("token-file", "", "file holding the access token (default: $HEARTH_AGENT_TOKEN)")
+	reserve := fs.Int("reserve-threads", 0, "OS threads to start before serving, for a guest whose processes share the agent's task budget (sim's pids.max): the Go runtime dies when it cannot start a thread, and a fork storm fills the budget")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *reserve > 0 {
+		// It then needs a new thread only when more than about that many
+		// of its goroutines are in a blocking system call at once (each
+		// running process's wait is one).
+		osthread.Reserve(min(*reserve, 1024))
 	}
 	o.Token = os.Getenv("HEARTH_AGENT_TOKEN")
 	if *tokenFile != "" {

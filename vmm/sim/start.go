@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -228,11 +229,18 @@ func (d *Driver) start(ctx context.Context, dir string, r *record, fresh bool) (
 	return writeRecord(dir, *r)
 }
 
+// agentReservedThreads is the agent's --reserve-threads: the OS threads
+// it starts before it serves, so that a guest that fills the VM's
+// pids.max (a fork storm) does not kill it at its next thread start.
+const agentReservedThreads = 32
+
 func (d *Driver) initConfig(dir string, r record, agentPath, token string) initConfig {
 	args := append(append([]string(nil), d.agent[1:]...),
 		"--listen", fmt.Sprintf("0.0.0.0:%d", agentapi.Port),
 		"--root", guestHome,
 		"--token-file", guestTokenFile,
+		// The guest's processes share the VM's pids.max with the agent.
+		"--reserve-threads", strconv.Itoa(agentReservedThreads),
 	)
 	if u := defaultUser(r.Lower); u != "" {
 		args = append(args, "--user", u)
