@@ -85,15 +85,15 @@ func init() {
 	}
 }
 
+// initReservedThreads is how many OS threads the VM's init starts up
+// front (osthread.Reserve).
+const initReservedThreads = 8
+
 // runInit is a VM's pid 1. It starts as host root in the VM's fresh mount,
 // pid and uts namespaces (and the VM's network namespace), builds the guest's
 // root (proc, a minimal /dev, /.hearth with the token and the agent), pivots
 // into it, starts the agent in a new user namespace (root there is the host
 // uid UIDBase), drops its privileges and reaps children until the agent exits.
-// initReservedThreads is how many OS threads the VM's init starts up
-// front (osthread.Reserve).
-const initReservedThreads = 8
-
 func runInit() error {
 	// The guest's processes share the VM's pids.max with this init: a
 	// fork storm fills it, and the Go runtime dies when it cannot start a
